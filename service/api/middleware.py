@@ -1,0 +1,161 @@
+"""One pure-ASGI middleware for what every request needs: a request id, JSON by default,
+metrics by route template, and a structured access-log line.
+
+Pure ASGI (not BaseHTTPMiddleware) because it sits on the hot path of every scheduler call.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+import uuid
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.api.metrics import Metrics
+from service.api.problems import PROBLEM_MEDIA_TYPE, problem_body
+
+access_logger = logging.getLogger("service.access")
+error_logger = logging.getLogger("service.errors")
+
+_REQUEST_ID_HEADER = b"x-request-id"
+# An echoed id must be safe to log and to put back in a header.
+_VALID_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
+_JSON_TYPES = (b"application/json", b"application/problem+json")
+UNMATCHED_ROUTE = "unmatched"
+
+
+def _is_json(content_type: bytes) -> bool:
+    value = content_type.split(b";", 1)[0].strip().lower()
+    return value in _JSON_TYPES or value.endswith(b"+json")
+
+
+class RequestContextMiddleware:
+    def __init__(self, app: ASGIApp, metrics: Metrics, access_log: bool = True) -> None:
+        self.app = app
+        self.metrics = metrics
+        self.access_log = access_log
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        request_id = ""
+        headers: list[tuple[bytes, bytes]] = []
+        for name, value in scope["headers"]:
+            if name == _REQUEST_ID_HEADER:
+                text = value.decode("latin-1")
+                if _VALID_REQUEST_ID.match(text):
+                    request_id = text
+            elif name == b"content-type":
+                # The contract reads every body as JSON: `curl -d` sends a form content type.
+                if not _is_json(value):
+                    continue
+            headers.append((name, value))
+        if scope["method"] in ("POST", "PUT", "PATCH"):
+            headers = [h for h in headers if h[0] != b"content-type"]
+            headers.append((b"content-type", b"application/json"))
+        request_id = request_id or uuid.uuid4().hex
+        scope["headers"] = headers
+        scope.setdefault("state", {})["request_id"] = request_id
+        status = 500
+        started = False
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status, started
+            if message["type"] == "http.response.start":
+                started = True
+                status = message["status"]
+                message["headers"] = [
+                    *message.get("headers", []),
+                    (b"x-request-id", request_id.encode("latin-1")),
+                ]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        except Exception:
+            # Answered here, inside the request-id wrapper, so even a crash carries the id;
+            # the trace goes to the log only.
+            self.metrics.unhandled.inc()
+            error_logger.exception("unhandled error on %s %s", scope["method"], scope["path"])
+            if started:
+                raise
+            await _send_internal_error(send_with_id, scope["path"], request_id)
+        finally:
+            elapsed = time.perf_counter() - start
+            route = scope.get("route")
+            template = getattr(route, "path", None) or UNMATCHED_ROUTE
+            method = scope["method"]
+            self.metrics.requests.labels(method, template, str(status)).inc()
+            self.metrics.latency.labels(method, template).observe(elapsed)
+            if self.access_log and access_logger.isEnabledFor(logging.INFO):
+                access_logger.info(
+                    "request",
+                    extra={
+                        "http": {
+                            "request_id": request_id,
+                            "method": method,
+                            "path": scope["path"],
+                            "route": template,
+                            "status": status,
+                            "duration_ms": round(elapsed * 1000, 3),
+                            "client": (scope.get("client") or ("", 0))[0],
+                        }
+                    },
+                )
+
+
+async def _send_internal_error(send: Send, path: str, request_id: str) -> None:
+    body = problem_body(
+        500,
+        "An unexpected error occurred; it has been logged. Quote the request id.",
+        instance=path,
+        request_id=request_id,
+    )
+    payload = json.dumps(body).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 500,
+            "headers": [
+                (b"content-type", PROBLEM_MEDIA_TYPE.encode()),
+                (b"content-length", str(len(payload)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": payload})
+
+
+class JsonLogFormatter(logging.Formatter):
+    """One JSON object per log line, so log pipelines need no parsing rules."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        http = getattr(record, "http", None)
+        if http:
+            entry.update(http)
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, separators=(",", ":"))
+
+
+def configure_logging(level: str) -> None:
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonLogFormatter())
+    for name in ("service", "uvicorn", "uvicorn.error"):
+        logger = logging.getLogger(name)
+        logger.handlers = [handler]
+        logger.setLevel(level.upper())
+        logger.propagate = False
+    # uvicorn's own access log is replaced by ours (it lacks the request id and route).
+    logging.getLogger("uvicorn.access").disabled = True

@@ -1,0 +1,237 @@
+"""POST /v1/estimate/inference, /v1/estimate/finetune and /v1/estimate/batch.
+
+Parse, resolve names, call the planner, render. All the arithmetic is in service/estimator.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Request
+from pydantic import Field, ValidationError
+
+from service.api.deps import get_gpu_catalog, get_model_catalog
+from service.api.problems import problem_body, problem_responses, summarize, validation_errors
+from service.api.resolve import estimate_params, resolve_gpu, resolve_model
+from service.api.schemas.common import RequestModel, ResponseModel
+from service.api.schemas.estimates import (
+    EstimateResponse,
+    FinetuneRequestBody,
+    InferenceRequestBody,
+)
+from service.catalog.gpu_catalog import GpuCatalog
+from service.catalog.model_catalog import ModelCatalog
+from service.estimator.errors import EstimatorError, NotFound
+from service.estimator.planner import ESTIMATOR_VERSION, Answer, answer_finetune, answer_inference
+
+router = APIRouter(prefix="/v1/estimate", tags=["estimates"])
+
+ERRORS = problem_responses(400, 404, 413, 422)
+_INFERENCE_EXCLUDE = frozenset({"gpu", "gpu_count"})
+_FINETUNE_EXCLUDE = frozenset({"gpu"})
+
+
+def _render(kind: str, estimator: str, model_spec: Any, answer: Answer) -> dict[str, Any]:
+    est, fit, cap = answer.estimate, answer.fit, answer.estimate.capacity
+    arch = model_spec.architecture
+    return {
+        "kind": kind,
+        "estimator": est.estimator,
+        "estimator_version": ESTIMATOR_VERSION,
+        "model": {
+            "id": model_spec.id,
+            "model_type": arch.model_type if arch else None,
+            "parameter_count": model_spec.parameter_count,
+            "active_parameter_count": model_spec.active_parameter_count,
+            "architecture": _architecture_fields(arch) if arch else None,
+        },
+        "breakdown": dict(est.total),
+        "total_bytes": est.total_bytes,
+        "per_gpu": {
+            "gpu_count": est.gpu_count,
+            "breakdown": dict(est.per_gpu),
+            "total_bytes": est.per_gpu_bytes,
+        },
+        "fit": None if fit is None else {
+            "gpu": fit.gpu,
+            "gpu_count": fit.gpu_count,
+            "usable_bytes": fit.usable_bytes,
+            "required_bytes": fit.required_bytes,
+            "fits": fit.fits,
+            "headroom_bytes": fit.headroom_bytes,
+            "min_gpu_count": fit.min_gpu_count,
+            "max_batch_size": fit.max_batch_size,
+            "max_sequence_length": fit.max_sequence_length,
+        },
+        "capacity": None if cap is None else {
+            "kv_cache_bytes_per_token": cap.kv_cache_bytes_per_token,
+            "kv_cache_pool_bytes": cap.kv_cache_pool_bytes,
+            "kv_cache_tokens": cap.kv_cache_tokens,
+            "max_concurrency": cap.max_concurrency,
+            "sequence_length": cap.sequence_length,
+            "budget_bytes": cap.budget_bytes,
+            "subtracted": dict(cap.subtracted),
+        },
+        "cpu_bytes": est.cpu_bytes,
+        "details": dict(est.details),
+        "assumptions": list(answer.assumptions),
+        "summary": answer.summary,
+    }
+
+
+def _architecture_fields(arch: Any) -> dict[str, Any]:
+    from service.api.schemas.models import architecture_fields
+
+    return architecture_fields(arch)
+
+
+def run_inference(
+    body: InferenceRequestBody, request: Request, models: ModelCatalog, gpus: GpuCatalog
+) -> dict[str, Any]:
+    started = time.perf_counter()
+    model = resolve_model(body, models)
+    gpu = resolve_gpu(gpus, body.gpu) if body.gpu else None
+    if body.gpu_count is not None and gpu is None:
+        raise NotFound("`gpu_count` needs a `gpu` to check the fit on", field="gpu")
+    answer = answer_inference(
+        model, estimate_params(body, _INFERENCE_EXCLUDE),
+        estimator=body.estimator, gpu=gpu, gpu_count=body.gpu_count,
+    )
+    _observe(request, "inference", answer, body.engine, started)
+    return _render("inference", body.estimator, model, answer)
+
+
+def run_finetune(
+    body: FinetuneRequestBody, request: Request, models: ModelCatalog, gpus: GpuCatalog
+) -> dict[str, Any]:
+    started = time.perf_counter()
+    model = resolve_model(body, models)
+    gpu = resolve_gpu(gpus, body.gpu) if body.gpu else None
+    answer = answer_finetune(
+        model, estimate_params(body, _FINETUNE_EXCLUDE), estimator=body.estimator, gpu=gpu
+    )
+    _observe(request, "finetune", answer, "training", started)
+    return _render("finetune", body.estimator, model, answer)
+
+
+def _observe(request: Request, kind: str, answer: Answer, engine: str, started: float) -> None:
+    metrics = request.app.state.metrics
+    metrics.estimates.labels(kind, answer.estimate.estimator, engine).inc()
+    metrics.estimate_latency.labels(kind).observe(time.perf_counter() - started)
+    if answer.fit is not None:
+        metrics.fit_outcomes.labels(kind, str(answer.fit.fits).lower()).inc()
+
+
+@router.post(
+    "/inference",
+    response_model=EstimateResponse,
+    summary="Memory to serve a model, per GPU and in total, with fit and engine capacity",
+    responses=ERRORS,
+)
+def estimate_inference(
+    body: InferenceRequestBody,
+    request: Request,
+    models: Annotated[ModelCatalog, Depends(get_model_catalog)],
+    gpus: Annotated[GpuCatalog, Depends(get_gpu_catalog)],
+) -> dict[str, Any]:
+    return run_inference(body, request, models, gpus)
+
+
+@router.post(
+    "/finetune",
+    response_model=EstimateResponse,
+    summary="Peak memory of a fine-tuning step, per GPU and in total, with fit",
+    responses=ERRORS,
+)
+def estimate_finetune(
+    body: FinetuneRequestBody,
+    request: Request,
+    models: Annotated[ModelCatalog, Depends(get_model_catalog)],
+    gpus: Annotated[GpuCatalog, Depends(get_gpu_catalog)],
+) -> dict[str, Any]:
+    return run_finetune(body, request, models, gpus)
+
+
+# ---------------------------------------------------------------------------------------------
+# Batch
+
+
+class BatchItem(RequestModel):
+    kind: Literal["inference", "finetune"] = Field(description="Which estimate this item asks.")
+    request: dict[str, Any] = Field(
+        description="The body of the matching single-estimate endpoint, validated per item."
+    )
+
+
+class BatchRequest(RequestModel):
+    model_config = {
+        **RequestModel.model_config,
+        "json_schema_extra": {
+            "example": {
+                "items": [
+                    {"kind": "inference", "request": {"model": "Qwen/Qwen2.5-7B-Instruct",
+                                                      "gpu": "l4"}},
+                    {"kind": "finetune", "request": {"model": "meta-llama/Llama-3.2-1B",
+                                                     "method": "lora"}},
+                ]
+            }
+        },
+    }
+
+    items: list[BatchItem] = Field(
+        min_length=1, max_length=1000, description="Up to 1000 estimate requests."
+    )
+
+
+class BatchResult(ResponseModel):
+    status: int = Field(description="200, or the status the item alone would have had.")
+    estimate: EstimateResponse | None = Field(None, description="The answer, on success.")
+    problem: dict[str, Any] | None = Field(None, description="A problem document, on failure.")
+
+
+class BatchResponse(ResponseModel):
+    results: list[BatchResult] = Field(description="One per item, in order.")
+    succeeded: int
+    failed: int
+
+
+_BODIES = {"inference": (InferenceRequestBody, run_inference),
+           "finetune": (FinetuneRequestBody, run_finetune)}
+
+
+@router.post(
+    "/batch",
+    response_model=BatchResponse,
+    summary="Up to 1000 inference and fine-tune estimates in one call, answered in order",
+    responses=ERRORS,
+)
+def estimate_batch(
+    body: BatchRequest,
+    request: Request,
+    models: Annotated[ModelCatalog, Depends(get_model_catalog)],
+    gpus: Annotated[GpuCatalog, Depends(get_gpu_catalog)],
+) -> dict[str, Any]:
+    results: list[dict[str, Any]] = []
+    for index, item in enumerate(body.items):
+        schema, run = _BODIES[item.kind]
+        instance = f"{request.url.path}#items/{index}"
+        try:
+            parsed = schema.model_validate(item.request)
+            results.append({"status": 200, "estimate": run(parsed, request, models, gpus)})
+        except ValidationError as exc:
+            errors = validation_errors(exc.errors())
+            for e in errors:
+                e["field"] = f"items.{index}.request.{e['field']}"
+            results.append({"status": 422, "problem": problem_body(
+                422, summarize(errors), errors=errors, instance=instance)})
+        except EstimatorError as exc:
+            status = 404 if isinstance(exc, NotFound) else 422
+            errors = None
+            if exc.field:
+                errors = [{"field": f"items.{index}.request.{exc.field}", "message": exc.detail,
+                           "type": type(exc).__name__}]
+            results.append({"status": status, "problem": problem_body(
+                status, exc.detail, errors=errors, instance=instance)})
+    failed = sum(1 for r in results if r["status"] != 200)
+    return {"results": results, "succeeded": len(results) - failed, "failed": failed}

@@ -1,0 +1,56 @@
+"""Operations endpoints: liveness, readiness and Prometheus metrics."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel, Field
+
+from service.api.problems import problem_responses
+
+router = APIRouter(tags=["operations"])
+
+
+class Health(BaseModel):
+    status: str = Field(description="`ok` when the check passes.", examples=["ok"])
+
+
+class Readiness(BaseModel):
+    status: str = Field(description="`ready` or `not-ready`.", examples=["ready"])
+    gpus: int = Field(description="GPU catalog entries loaded.", examples=[31])
+    models: int = Field(description="Model catalog entries loaded.", examples=[52])
+
+
+@router.get("/healthz", response_model=Health, summary="Liveness: the process is serving")
+def healthz() -> Health:
+    return Health(status="ok")
+
+
+@router.get(
+    "/readyz",
+    response_model=Readiness,
+    summary="Readiness: both catalogs are loaded and valid",
+    responses={503: {"model": Readiness, "description": "Catalogs not loaded yet"}},
+)
+def readyz(request: Request) -> Response:
+    state = request.app.state
+    if not getattr(state, "ready", False):
+        body = Readiness(status="not-ready", gpus=0, models=0)
+        return JSONResponse(body.model_dump(), status_code=503)
+    body = Readiness(
+        status="ready", gpus=len(state.gpu_catalog.all()), models=len(state.model_catalog.all())
+    )
+    return JSONResponse(body.model_dump())
+
+
+@router.get(
+    "/metrics",
+    summary="Prometheus metrics (text exposition format)",
+    response_class=Response,
+    responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}, 
+               **problem_responses(500)},
+)
+def metrics(request: Request) -> Response:
+    registry = request.app.state.metrics.registry
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,328 @@
+"""Request and response schemas of the estimate endpoints (names fixed by API.md).
+
+Closed sets come from the estimator's own constants, so the schema and the math never disagree.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from service.api.schemas.common import (
+    MAX_CONFIG_DEPTH,
+    MAX_CONFIG_KEYS,
+    RequestModel,
+    ResponseModel,
+    json_depth_and_size,
+)
+from service.estimator import finetune as ft
+from service.estimator.formats import KV_CACHE_DTYPES, WEIGHT_FORMATS
+from service.estimator.inference import ENGINES
+
+WeightFormat = Literal[WEIGHT_FORMATS]  # type: ignore[valid-type]
+KvCacheDtype = Literal[KV_CACHE_DTYPES]  # type: ignore[valid-type]
+Engine = Literal[ENGINES]  # type: ignore[valid-type]
+Method = Literal[ft.METHODS]  # type: ignore[valid-type]
+Precision = Literal[ft.PRECISIONS]  # type: ignore[valid-type]
+Optimizer = Literal[ft.OPTIMIZERS]  # type: ignore[valid-type]
+Checkpointing = Literal[ft.GRADIENT_CHECKPOINTING]  # type: ignore[valid-type]
+Attention = Literal["flash", "sdpa", "eager"]
+EstimatorName = Literal["detailed", "simple"]
+
+# Bounds: generous for any real deployment, tight enough that no request is unbounded work.
+MAX_TOKENS = 10**9  # batch × sequence (× concurrency) tokens in one request
+MAX_SEQUENCE = 16 * 1024 * 1024
+MAX_BATCH = 1 << 20
+MAX_CONCURRENCY = 1 << 20
+MAX_PARALLEL = 1024
+MAX_GPUS = 65536
+MIN_PARAMETERS = 1_000
+MAX_PARAMETERS = 100 * 10**12
+
+PositiveCount = Annotated[float | int, Field(ge=MIN_PARAMETERS, le=MAX_PARAMETERS)]
+
+
+class ModelSelector(RequestModel):
+    """Exactly one of `model`, `hf_config` or `parameter_count` names the model."""
+
+    model: str | None = Field(
+        None,
+        min_length=1,
+        max_length=200,
+        description="A catalog model id (Hugging Face repo id), matched case-insensitively.",
+        examples=["meta-llama/Llama-3.1-8B-Instruct"],
+    )
+    hf_config: dict[str, Any] | None = Field(
+        None,
+        description="A Hugging Face `config.json`, posted as is (a `text_config` inside is read "
+        "for the language model).",
+    )
+    parameter_count: int | float | None = Field(
+        None,
+        ge=MIN_PARAMETERS,
+        le=MAX_PARAMETERS,
+        description="A bare parameter count (e.g. 7e9). Only the simple rules can work from it.",
+        examples=[7e9],
+    )
+    active_parameter_count: int | float | None = Field(
+        None,
+        ge=MIN_PARAMETERS,
+        le=MAX_PARAMETERS,
+        description="Parameters active per token (MoE), with `parameter_count`.",
+    )
+    estimator: EstimatorName = Field(
+        "detailed",
+        description="`detailed` counts every tensor; `simple` applies the PAI guide's rules.",
+    )
+
+    @field_validator("hf_config")
+    @classmethod
+    def _bounded_config(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            depth, size = json_depth_and_size(value)
+            if depth > MAX_CONFIG_DEPTH or size > MAX_CONFIG_KEYS:
+                raise ValueError(
+                    f"config too deep or too large (at most {MAX_CONFIG_DEPTH} levels and "
+                    f"{MAX_CONFIG_KEYS} keys); post the model's config.json as is"
+                )
+        return value
+
+    @model_validator(mode="after")
+    def _exactly_one_model(self) -> ModelSelector:
+        given = [n for n in ("model", "hf_config", "parameter_count") if getattr(self, n) is not None]
+        if len(given) != 1:
+            raise ValueError(
+                "name the model with exactly one of `model`, `hf_config` or `parameter_count`"
+                + (f" (got {', '.join(given)})" if given else "")
+            )
+        if self.active_parameter_count is not None:
+            if self.parameter_count is None:
+                raise ValueError("`active_parameter_count` goes with `parameter_count`")
+            if self.active_parameter_count > self.parameter_count:
+                raise ValueError("`active_parameter_count` cannot exceed `parameter_count`")
+        for name in ("parameter_count", "active_parameter_count"):
+            value = getattr(self, name)
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError(f"`{name}` must be a whole number")
+        return self
+
+
+class EngineOptions(RequestModel):
+    """Serving-engine knobs; unset ones take the engine's own defaults."""
+
+    gpu_memory_utilization: float | None = Field(
+        None, gt=0, le=1, description="vLLM: fraction of the GPU's memory vLLM may use (0.9).",
+        examples=[0.9],
+    )
+    max_model_len: int | None = Field(
+        None, ge=1, le=MAX_SEQUENCE, description="vLLM: longest sequence a request may have."
+    )
+    max_num_batched_tokens: int | None = Field(
+        None, ge=1, le=MAX_SEQUENCE,
+        description="vLLM: tokens per scheduler step (chunked prefill), also its profiling size.",
+    )
+    block_size: Literal[1, 8, 16, 32, 64, 128] | None = Field(
+        None, description="vLLM: tokens per KV-cache block (16)."
+    )
+    enforce_eager: bool | None = Field(
+        None, description="vLLM: no CUDA graphs (saves their memory pool)."
+    )
+    mem_fraction_static: float | None = Field(
+        None, gt=0, le=1, description="SGLang: fraction of memory for weights and the KV pool."
+    )
+    chunked_prefill_size: int | None = Field(
+        None, ge=1, le=MAX_SEQUENCE, description="SGLang: tokens per prefill chunk (8192)."
+    )
+
+
+class InferenceRequestBody(ModelSelector):
+    """Memory to serve a model."""
+
+    model_config = {
+        **ModelSelector.model_config,
+        "json_schema_extra": {
+            "examples": [
+                {
+                    "model": "meta-llama/Llama-3.1-8B-Instruct",
+                    "engine": "vllm",
+                    "sequence_length": 8192,
+                    "gpu": "h100-sxm-80gb",
+                },
+                {"parameter_count": 7e9, "estimator": "simple", "weight_format": "fp16"},
+            ]
+        },
+    }
+
+    weight_format: WeightFormat | None = Field(
+        None, description="Storage format of the weights; default: the checkpoint's own."
+    )
+    kv_cache_dtype: KvCacheDtype = Field("auto", description="`auto`: the activation dtype.")
+    batch_size: int = Field(1, ge=1, le=MAX_BATCH, description="Sequences per request.")
+    sequence_length: int = Field(
+        2048, ge=1, le=MAX_SEQUENCE, description="Tokens per sequence, prompt plus output."
+    )
+    prompt_tokens: int | None = Field(
+        None, ge=1, le=MAX_SEQUENCE,
+        description="Of `sequence_length`, the prompt processed in one prefill; default: all.",
+    )
+    concurrency: int = Field(
+        1, ge=1, le=MAX_CONCURRENCY, description="Concurrent requests, each of `batch_size`."
+    )
+    engine: Engine = Field("generic", description="Serving engine whose allocations to model.")
+    engine_options: EngineOptions = Field(
+        default_factory=EngineOptions, description="Engine knobs; unset means engine default."
+    )
+    attention: Attention = Field(
+        "flash", description="Attention kernel; `eager` materializes the score matrices."
+    )
+    tensor_parallel_size: int = Field(1, ge=1, le=MAX_PARALLEL)
+    pipeline_parallel_size: int = Field(1, ge=1, le=MAX_PARALLEL)
+    gpu: str | None = Field(
+        None, min_length=1, max_length=100,
+        description="A catalog GPU id, or `id/mig-profile`, to check the fit on.",
+        examples=["h100-sxm-80gb", "a100-sxm4-80gb/3g.40gb"],
+    )
+    gpu_count: int | None = Field(
+        None, ge=1, le=MAX_GPUS,
+        description="GPUs to check the fit on; default: tensor × pipeline parallel size.",
+    )
+
+    @model_validator(mode="after")
+    def _bounded_tokens(self) -> InferenceRequestBody:
+        if self.prompt_tokens is not None and self.prompt_tokens > self.sequence_length:
+            raise ValueError("`prompt_tokens` cannot exceed `sequence_length`")
+        if self.batch_size * self.sequence_length * self.concurrency > MAX_TOKENS:
+            raise ValueError(
+                f"batch_size × sequence_length × concurrency exceeds {MAX_TOKENS:,} tokens"
+            )
+        return self
+
+
+class LoraOptions(RequestModel):
+    rank: int = Field(16, ge=1, le=65536, description="Adapter rank r.")
+    alpha: float | int | None = Field(
+        None, gt=0, le=1e6, description="Scaling (no effect on memory)."
+    )
+    target_modules: Literal["all-linear"] | list[Annotated[str, Field(min_length=1, max_length=100)]] = Field(
+        "all-linear",
+        description="`all-linear` (every decoder linear but lm_head) or module names such as "
+        "`q_proj`, `v_proj`.",
+        max_length=64,
+    )
+
+
+class FinetuneRequestBody(ModelSelector):
+    """Memory to fine-tune a model: the peak of one training step."""
+
+    model_config = {
+        **ModelSelector.model_config,
+        "json_schema_extra": {
+            "examples": [
+                {
+                    "model": "meta-llama/Llama-3.1-8B-Instruct",
+                    "method": "qlora",
+                    "sequence_length": 4096,
+                    "gradient_checkpointing": "full",
+                    "gpu": "l4",
+                },
+                {"parameter_count": 7e9, "estimator": "simple", "optimizer": "adamw"},
+            ]
+        },
+    }
+
+    method: Method = Field("full", description="What is trained.")
+    lora: LoraOptions = Field(default_factory=LoraOptions, description="LoRA/QLoRA adapters.")
+    trainable_layers: int | None = Field(
+        None, ge=0, le=4096,
+        description="`freeze`: how many of the last decoder layers stay trainable (default 2).",
+    )
+    weight_format: WeightFormat | None = Field(
+        None, description="Storage of frozen base weights; default model dtype, `nf4` for QLoRA."
+    )
+    precision: Precision = Field("bf16-mixed", description="Training precision.")
+    optimizer: Optimizer = Field("adamw", description="Optimizer.")
+    optimizer_foreach: bool = Field(
+        True, description="PyTorch's default multi-tensor update (allocates a temporary); "
+        "false = fused."
+    )
+    batch_size: int = Field(1, ge=1, le=MAX_BATCH, description="Micro-batch per GPU.")
+    sequence_length: int = Field(2048, ge=1, le=MAX_SEQUENCE, description="Tokens per sample.")
+    gradient_checkpointing: Checkpointing = Field("none", description="Activation recomputation.")
+    attention: Attention = Field("flash", description="Attention kernel.")
+    gpu_count: int = Field(1, ge=1, le=MAX_GPUS, description="Data-parallel GPUs.")
+    zero_stage: Literal[0, 1, 2, 3] = Field(0, description="ZeRO / FSDP sharding stage.")
+    offload_optimizer: bool = Field(False, description="Optimizer states in CPU memory.")
+    offload_parameters: bool = Field(False, description="Parameters in CPU memory (ZeRO-3).")
+    tensor_parallel_size: int = Field(1, ge=1, le=MAX_PARALLEL)
+    pipeline_parallel_size: int = Field(1, ge=1, le=MAX_PARALLEL)
+    sequence_parallel: bool = Field(False, description="Megatron sequence parallelism with TP.")
+    gpu: str | None = Field(
+        None, min_length=1, max_length=100,
+        description="A catalog GPU id, or `id/mig-profile`, to check the fit on.",
+        examples=["a100-sxm4-80gb"],
+    )
+
+    @model_validator(mode="after")
+    def _bounded_tokens(self) -> FinetuneRequestBody:
+        if self.batch_size * self.sequence_length > MAX_TOKENS:
+            raise ValueError(f"batch_size × sequence_length exceeds {MAX_TOKENS:,} tokens")
+        return self
+
+
+# ---------------------------------------------------------------------------------------------
+# Responses
+
+
+class ResolvedModel(ResponseModel):
+    id: str | None = Field(None, description="Catalog id, when the model came from the catalog.")
+    model_type: str | None = None
+    parameter_count: int
+    active_parameter_count: int
+    architecture: dict[str, Any] | None = Field(
+        None, description="The normalized architecture fields the estimator used."
+    )
+
+
+class PerGpu(ResponseModel):
+    gpu_count: int
+    breakdown: dict[str, int] = Field(description="Bytes by component on the most loaded GPU.")
+    total_bytes: int
+
+
+class FitOut(ResponseModel):
+    gpu: str
+    gpu_count: int
+    usable_bytes: int = Field(description="Per GPU: what the driver reports, less engine reserve.")
+    required_bytes: int = Field(description="Per GPU, on the most loaded one.")
+    fits: bool
+    headroom_bytes: int = Field(description="usable − required; negative when it does not fit.")
+    min_gpu_count: int | None = Field(description="Fewest GPUs that fit; null if none does.")
+    max_batch_size: int | None = Field(description="Largest batch that fits; null if none.")
+    max_sequence_length: int | None = Field(description="Longest sequence that fits.")
+
+
+class CapacityOut(ResponseModel):
+    kv_cache_bytes_per_token: int = Field(description="KV cache one token costs on one GPU.")
+    kv_cache_pool_bytes: int = Field(description="The engine's KV-cache pool per GPU.")
+    kv_cache_tokens: int = Field(description="Tokens the pool holds.")
+    max_concurrency: float = Field(description="Sequences of the given length served at once.")
+    sequence_length: int = Field(description="The length `max_concurrency` is reported at.")
+    budget_bytes: int = Field(description="What the engine may use per GPU.")
+    subtracted: dict[str, int] = Field(description="What the engine subtracts before the pool.")
+
+
+class EstimateResponse(ResponseModel):
+    kind: Literal["inference", "finetune"]
+    estimator: EstimatorName
+    estimator_version: str
+    model: ResolvedModel
+    breakdown: dict[str, int] = Field(description="Bytes by component, summed over all GPUs.")
+    total_bytes: int
+    per_gpu: PerGpu
+    fit: FitOut | None = None
+    capacity: CapacityOut | None = None
+    cpu_bytes: int = Field(0, description="Host memory needed (CPU offload), in bytes.")
+    details: dict[str, Any] = Field(default_factory=dict)
+    assumptions: list[str]
+    summary: str

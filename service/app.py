@@ -1,0 +1,84 @@
+"""The application factory: settings, catalogs, middleware, error handlers and routers.
+
+`uvicorn service.app:create_app --factory` runs it. Catalogs are loaded and validated in the
+lifespan, once; `/readyz` answers 200 only after that succeeded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from fastapi.routing import APIRoute
+
+from service import __version__
+from service.api.metrics import Metrics
+from service.api.middleware import RequestContextMiddleware, configure_logging
+from service.api.problems import install_problem_handlers
+from service.api.routes import estimates, gpus, health, models
+from service.catalog.gpu_catalog import load_gpu_catalog
+from service.catalog.model_catalog import load_model_catalog
+from service.settings import Settings, get_settings
+
+DESCRIPTION = """\
+Estimates the GPU memory needed to **serve** or **fine-tune** a large language model, to the
+byte, and whether and how it fits on a given GPU type and count.
+
+* Memory figures are integer **bytes**. Human figures say their unit: GB = 10^9 bytes,
+  GiB = 2^30 bytes.
+* Errors are RFC 9457 problem documents (`application/problem+json`).
+* Every response carries `X-Request-ID` (echoed when sent).
+"""
+
+
+def _operation_id(route: APIRoute) -> str:
+    # Stable, readable operationIds (the route's function name) keep the committed schema's
+    # diffs clean and give generated clients good method names.
+    return route.name
+
+
+def load_catalogs(app: FastAPI, settings: Settings) -> None:
+    """Load and validate both catalogs; raises on any invalid record (start-up fails loudly)."""
+    app.state.gpu_catalog = load_gpu_catalog(settings.gpu_catalog_path)
+    app.state.model_catalog = load_model_catalog(settings.model_catalog_path)
+    metrics: Metrics = app.state.metrics
+    metrics.catalog_entries.labels("gpus").set(len(app.state.gpu_catalog.all()))
+    metrics.catalog_entries.labels("models").set(len(app.state.model_catalog.all()))
+    app.state.ready = True
+
+
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    load_catalogs(app, app.state.settings)
+    yield
+    app.state.ready = False
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+    configure_logging(settings.log_level)
+    app = FastAPI(
+        title="GPU Memory Estimator for LLMs",
+        version=__version__,
+        description=DESCRIPTION,
+        lifespan=_lifespan,
+        generate_unique_id_function=_operation_id,
+        max_body_size=settings.max_body_bytes,
+        strict_content_type=False,
+        docs_url=None,
+        redoc_url=None,
+    )
+    app.state.settings = settings
+    app.state.max_body_bytes = settings.max_body_bytes
+    app.state.ready = False
+    app.state.metrics = Metrics()
+    install_problem_handlers(app)
+    app.include_router(health.router)
+    app.include_router(gpus.router)
+    app.include_router(models.router)
+    app.include_router(estimates.router)
+    app.add_middleware(
+        RequestContextMiddleware, metrics=app.state.metrics, access_log=settings.access_log
+    )
+    return app

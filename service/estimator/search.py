@@ -1,0 +1,59 @@
+"""Bounded searches for the inverse questions: the largest batch or sequence that still fits.
+
+Memory grows monotonically with batch size and sequence length, so a doubling phase followed by
+a bisection finds the boundary in O(log n) estimates; every search is capped in steps so no
+request can trigger an unbounded computation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+# Each search evaluates the predicate at most this many times (2 × log2(10^9) < 64).
+MAX_SEARCH_STEPS = 64
+
+
+def largest_true(predicate: Callable[[int], bool], lo: int, hi: int) -> int | None:
+    """The largest n in [lo, hi] with predicate(n) true, assuming it is true up to a point.
+
+    Returns None when predicate(lo) is false. Exponential probing from `lo` first, so small
+    answers (the common case) cost few evaluations, then bisection.
+    """
+    if lo > hi or not predicate(lo):
+        return None
+    steps = 1
+    good, step = lo, 1
+    bad: int | None = None
+    # Probe lo+1, lo+2, lo+4, ... until the predicate fails or hi is passed.
+    while steps < MAX_SEARCH_STEPS:
+        probe = min(lo + step, hi)
+        steps += 1
+        if predicate(probe):
+            good = probe
+            if probe == hi:
+                return hi
+            step *= 2
+        else:
+            bad = probe
+            break
+    if bad is None:
+        return good
+    while bad - good > 1 and steps < MAX_SEARCH_STEPS:
+        mid = (good + bad) // 2
+        steps += 1
+        if predicate(mid):
+            good = mid
+        else:
+            bad = mid
+    return good
+
+
+def smallest_true(predicate: Callable[[int], bool], candidates: list[int]) -> int | None:
+    """The first candidate (in ascending order) for which predicate holds, else None.
+
+    Candidates are the valid parallel sizes (at most a few dozen), so a linear scan is bounded.
+    """
+    for value in candidates[:MAX_SEARCH_STEPS]:
+        if predicate(value):
+            return value
+    return None

@@ -1,0 +1,55 @@
+"""Service settings: one pydantic-settings class, read from `LLMMEM_*` environment variables.
+
+Validated once at start-up (a bad value stops the process with a message naming the variable);
+handed to routes through the cached `get_settings` dependency, which tests override.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Every knob of the service; the README lists them with their environment variables."""
+
+    model_config = SettingsConfigDict(env_prefix="LLMMEM_", extra="ignore", frozen=True)
+
+    host: str = Field("127.0.0.1", description="Interface uvicorn binds to.")
+    port: int = Field(8000, ge=1, le=65535, description="TCP port uvicorn listens on.")
+    log_level: Literal["debug", "info", "warning", "error", "critical"] = Field(
+        "info", description="Level of the service's JSON logs."
+    )
+    access_log: bool = Field(True, description="Write one JSON access-log line per request.")
+    max_body_bytes: int = Field(
+        1_048_576, ge=1024, le=64 * 1_048_576, description="Largest request body accepted (413)."
+    )
+    max_json_depth: int = Field(
+        32, ge=4, le=256, description="Deepest JSON nesting accepted in a request body (422)."
+    )
+    max_batch_items: int = Field(
+        1000, ge=1, le=10_000, description="Most items one /v1/estimate/batch call may carry."
+    )
+    gpu_catalog_path: Path | None = Field(
+        None, description="GPU catalog TOML file; default: the one embedded in the package."
+    )
+    model_catalog_path: Path | None = Field(
+        None, description="Model catalog directory; default: the one embedded in the package."
+    )
+    docs_enabled: bool = Field(True, description="Serve /docs and /redoc (from local assets).")
+    timeout_keep_alive_s: int = Field(
+        5, ge=1, le=300, description="Seconds an idle keep-alive connection is held open."
+    )
+    graceful_shutdown_s: int = Field(
+        20, ge=1, le=600, description="Seconds in-flight requests get to finish after SIGTERM."
+    )
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process's settings, read from the environment once."""
+    return Settings()
