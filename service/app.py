@@ -16,7 +16,8 @@ from service import __version__
 from service.api.metrics import Metrics
 from service.api.middleware import RequestContextMiddleware, configure_logging
 from service.api.problems import install_problem_handlers
-from service.api.routes import estimates, gpus, health, models
+from service.api.routes import docs, estimates, gpus, health, models, ui
+from service.api.timeouts import RequestReadTimeoutMiddleware
 from service.catalog.gpu_catalog import load_gpu_catalog
 from service.catalog.model_catalog import load_model_catalog
 from service.settings import Settings, get_settings
@@ -64,7 +65,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description=DESCRIPTION,
         lifespan=_lifespan,
         generate_unique_id_function=_operation_id,
-        max_body_size=settings.max_body_bytes,
         strict_content_type=False,
         docs_url=None,
         redoc_url=None,
@@ -78,7 +78,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(gpus.router)
     app.include_router(models.router)
     app.include_router(estimates.router)
+    app.include_router(ui.router)
+    app.include_router(docs.router)
+    # Inner of the two: a 408 for a trickled body still gets the request id, metrics and log.
+    app.add_middleware(RequestReadTimeoutMiddleware, timeout_s=settings.request_read_timeout_s)
     app.add_middleware(
-        RequestContextMiddleware, metrics=app.state.metrics, access_log=settings.access_log
+        RequestContextMiddleware,
+        metrics=app.state.metrics,
+        max_body_bytes=settings.max_body_bytes,
+        access_log=settings.access_log,
     )
     return app

@@ -44,6 +44,12 @@ class Settings(BaseSettings):
     timeout_keep_alive_s: int = Field(
         5, ge=1, le=300, description="Seconds an idle keep-alive connection is held open."
     )
+    request_read_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        le=300,
+        description="Seconds a request's whole body may take to arrive after its headers (408).",
+    )
     graceful_shutdown_s: int = Field(
         20, ge=1, le=600, description="Seconds in-flight requests get to finish after SIGTERM."
     )

@@ -120,7 +120,7 @@ class PeakSampler:
 
 # --- the measurement -------------------------------------------------------------------------
 
-def _version(dist: str) -> str | None:
+def package_version(dist: str) -> str | None:
     try:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
@@ -155,7 +155,7 @@ class Measurement:
             steps=c.steps if c.kind == "train" else None,
             alloc_conf=os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or None,
             python_version=platform.python_version(),
-            peft_version=_version("peft"),
+            peft_version=package_version("peft"),
         )
 
     # phases: reset the peaks before, read them after
@@ -228,8 +228,13 @@ class Measurement:
         base = model
         if case.kind == "train":
             if case.gradient_checkpointing:
-                base.gradient_checkpointing_enable(
-                    gradient_checkpointing_kwargs={"use_reentrant": False})
+                # transformers >= 5.2x renames it; the H200 image may have an older 5.x
+                if hasattr(base, "activation_checkpointing_enable"):
+                    base.activation_checkpointing_enable(
+                        activation_checkpointing_kwargs={"use_reentrant": False})
+                else:
+                    base.gradient_checkpointing_enable(
+                        gradient_checkpointing_kwargs={"use_reentrant": False})
             if case.method == "lora":
                 from peft import LoraConfig, get_peft_model
 

@@ -13,6 +13,7 @@ import time
 import uuid
 from typing import Any
 
+from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.api.metrics import Metrics
@@ -34,9 +35,12 @@ def _is_json(content_type: bytes) -> bool:
 
 
 class RequestContextMiddleware:
-    def __init__(self, app: ASGIApp, metrics: Metrics, access_log: bool = True) -> None:
+    def __init__(
+        self, app: ASGIApp, metrics: Metrics, max_body_bytes: int, access_log: bool = True
+    ) -> None:
         self.app = app
         self.metrics = metrics
+        self.max_body_bytes = max_body_bytes
         self.access_log = access_log
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -45,8 +49,11 @@ class RequestContextMiddleware:
             return
         start = time.perf_counter()
         request_id = ""
+        declared_length = 0
         headers: list[tuple[bytes, bytes]] = []
         for name, value in scope["headers"]:
+            if name == b"content-length":
+                declared_length = int(value) if value.isdigit() else 0
             if name == _REQUEST_ID_HEADER:
                 text = value.decode("latin-1")
                 if _VALID_REQUEST_ID.match(text):
@@ -76,8 +83,24 @@ class RequestContextMiddleware:
                 ]
             await send(message)
 
+        limit = self.max_body_bytes
+        received = 0
+
+        async def receive_within_limit() -> Message:
+            # A body without (or lying about) Content-Length is counted as it arrives.
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise HTTPException(413)
+            return message
+
         try:
-            await self.app(scope, receive, send_with_id)
+            if declared_length > limit:
+                await _send_problem(send_with_id, 413, _too_large(limit), scope["path"], request_id)
+            else:
+                await self.app(scope, receive_within_limit, send_with_id)
         except Exception:
             # Answered here, inside the request-id wrapper, so even a crash carries the id;
             # the trace goes to the log only.
@@ -85,7 +108,13 @@ class RequestContextMiddleware:
             error_logger.exception("unhandled error on %s %s", scope["method"], scope["path"])
             if started:
                 raise
-            await _send_internal_error(send_with_id, scope["path"], request_id)
+            await _send_problem(
+                send_with_id,
+                500,
+                "An unexpected error occurred; it has been logged. Quote the request id.",
+                scope["path"],
+                request_id,
+            )
         finally:
             elapsed = time.perf_counter() - start
             route = scope.get("route")
@@ -110,18 +139,17 @@ class RequestContextMiddleware:
                 )
 
 
-async def _send_internal_error(send: Send, path: str, request_id: str) -> None:
-    body = problem_body(
-        500,
-        "An unexpected error occurred; it has been logged. Quote the request id.",
-        instance=path,
-        request_id=request_id,
-    )
+def _too_large(limit: int) -> str:
+    return f"The request body exceeds the limit of {limit} bytes; send a smaller body."
+
+
+async def _send_problem(send: Send, status: int, detail: str, path: str, request_id: str) -> None:
+    body = problem_body(status, detail, instance=path, request_id=request_id)
     payload = json.dumps(body).encode()
     await send(
         {
             "type": "http.response.start",
-            "status": 500,
+            "status": status,
             "headers": [
                 (b"content-type", PROBLEM_MEDIA_TYPE.encode()),
                 (b"content-length", str(len(payload)).encode()),

@@ -572,13 +572,12 @@ class _Reader:
 def _check_int(value: Any, key: str, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidConfig(f"{key} must be an integer, got {value!r}", field=key)
-    if isinstance(value, float):
-        if not value.is_integer():
-            raise InvalidConfig(f"{key} must be an integer, got {value!r}", field=key)
-        value = int(value)
-    if value < low or value > high:
-        raise InvalidConfig(f"{key} must be between {low} and {high}, got {value}", field=key)
-    return value
+    if isinstance(value, float) and not value.is_integer():
+        raise InvalidConfig(f"{key} must be an integer, got {value!r}", field=key)
+    number = int(value)
+    if number < low or number > high:
+        raise InvalidConfig(f"{key} must be between {low} and {high}, got {number}", field=key)
+    return number
 
 
 def _canonical_dtype(value: Any, key: str) -> str:

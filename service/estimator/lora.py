@@ -1,11 +1,13 @@
 """LoRA adapters: which linear modules a target list selects, and the adapter parameters.
 
 Follows peft 0.21 (``LoraConfig``): a target name matches a module whose name equals it or
-whose path ends with ``.name``; ``"all-linear"`` selects every ``nn.Linear`` of the decoder
-but the output layer (lm_head), so routers and MoE experts stored as 3-D parameters are not
-included unless named (peft's ``target_parameters``). Each adapted weight of shape
-(out, in) gets ``lora_A`` (rank × in) and ``lora_B`` (out × rank): ``rank × (in + out)``
-parameters per instance, per expert for 3-D expert weights. peft keeps adapters in fp32
+whose path ends with ``.name``; ``"all-linear"`` selects every linear projection of the
+decoder but the output layer (lm_head): attention, MLP, MoE routers, and the MoE experts that
+transformers stores as 3-D parameters (peft wraps those through ``target_parameters``). Each
+adapted weight of shape (out, in) gets ``lora_A`` (rank × in) and ``lora_B`` (out × rank):
+``rank × (in + out)`` parameters per instance, per expert for 3-D expert weights; a fused
+3-D ``gate_up_proj`` gets twice the rank (peft's rank pattern, so gate and up each get the
+requested rank). peft keeps adapters in fp32
 (``autocast_adapter_dtype=True``).
 """
 
@@ -17,7 +19,15 @@ from dataclasses import dataclass
 from service.estimator.architecture import Architecture, LinearModule
 from service.estimator.errors import InvalidRequest
 
-__all__ = ["ALL_LINEAR", "LoraSpec", "adapter_parameters", "lora_targets", "target_names"]
+__all__ = [
+    "ALL_LINEAR",
+    "LoraSpec",
+    "adapter_parameters",
+    "lora_targets",
+    "module_rank",
+    "target_names",
+    "validate_lora",
+]
 
 ALL_LINEAR = "all-linear"
 
@@ -55,7 +65,7 @@ def lora_targets(
     matches nothing."""
     if isinstance(target_modules, str):
         if target_modules == ALL_LINEAR:
-            return tuple(m for m in _adaptable(arch) if m.is_nn_linear)
+            return _adaptable(arch)
         target_modules = (target_modules,)
     if not target_modules:
         raise InvalidRequest(
@@ -67,8 +77,7 @@ def lora_targets(
     for target in target_modules:
         if target == ALL_LINEAR:
             for m in _adaptable(arch):
-                if m.is_nn_linear:
-                    selected[m.name] = m
+                selected[m.name] = m
             continue
         hits = [m for m in modules if _matches(target, m)]
         if not hits:
@@ -82,10 +91,17 @@ def lora_targets(
     return tuple(selected.values())
 
 
+def module_rank(module: LinearModule, rank: int) -> int:
+    """The rank peft gives ``module``: doubled for fused 3-D expert gate_up weights."""
+    if not module.is_nn_linear and module.name.endswith("gate_up_proj"):
+        return 2 * rank
+    return rank
+
+
 def adapter_parameters(arch: Architecture, spec: LoraSpec) -> int:
     """Trainable LoRA parameters: rank × (in + out) per adapted weight instance."""
     return sum(
-        spec.rank * (m.in_features + m.out_features) * m.count
+        module_rank(m, spec.rank) * (m.in_features + m.out_features) * m.count
         for m in lora_targets(arch, spec.target_modules)
     )
 

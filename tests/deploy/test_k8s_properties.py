@@ -83,7 +83,9 @@ def test_selectors_agree(overlay: list[dict[str, Any]]) -> None:
     assert one(overlay, "PodDisruptionBudget")["spec"]["selector"] == {"matchLabels": selector}
     assert one(overlay, "NetworkPolicy")["spec"]["podSelector"] == {"matchLabels": selector}
     monitor = one(overlay, "ServiceMonitor")
-    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert (
+        monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    )
     target = one(overlay, "HorizontalPodAutoscaler")["spec"]["scaleTargetRef"]
     assert (target["kind"], target["name"]) == ("Deployment", deployment["metadata"]["name"])
     for constraint in _pod(overlay)["topologySpreadConstraints"]:
@@ -220,9 +222,7 @@ def test_network_policy_admits_only_labelled_namespaces_on_the_port_and_dns_out(
             assert set(peer) <= {"namespaceSelector", "podSelector"}, "no ipBlock peers"
             assert peer["namespaceSelector"].get("matchLabels"), "select namespaces by label"
     (egress,) = spec["egress"]
-    assert sorted((p["protocol"], p["port"]) for p in egress["ports"]) == [
-        ("TCP", 53), ("UDP", 53)
-    ]
+    assert sorted((p["protocol"], p["port"]) for p in egress["ports"]) == [("TCP", 53), ("UDP", 53)]
     for peer in egress["to"]:
         assert "ipBlock" not in peer
         assert peer["namespaceSelector"]["matchLabels"] == {

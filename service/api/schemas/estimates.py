@@ -18,7 +18,7 @@ from service.api.schemas.common import (
 )
 from service.estimator import finetune as ft
 from service.estimator.formats import KV_CACHE_DTYPES, WEIGHT_FORMATS
-from service.estimator.inference import ENGINES
+from service.estimator.engines import ENGINES
 
 WeightFormat = Literal[WEIGHT_FORMATS]  # type: ignore[valid-type]
 KvCacheDtype = Literal[KV_CACHE_DTYPES]  # type: ignore[valid-type]

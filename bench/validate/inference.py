@@ -1,0 +1,333 @@
+"""Inference accuracy: the detailed estimator against measured and traced memory.
+
+Three sources, read at validation time only (nothing measured is copied into the estimator):
+
+- ``../shared/validation/vllm_v0.19_h100.csv``: vLLM v0.19 start-up figures on one H100 (KV bytes
+  per token, weights, profiled activations, non-torch memory, KV pool, tokens, concurrency);
+- ``../shared/validation/qwen_transformers_inference.csv``: peak ``max_memory_allocated`` of
+  transformers ``generate`` (Qwen speed benchmarks), summed over GPUs;
+- ``data/infer_tracer.jsonl``: the reference tracer's prefill peaks (regenerate with
+  ``make tracer-data-inference``).
+
+`cases()` returns one `Case` per compared figure; `report()` renders the markdown section of
+docs/accuracy.md; tests/validation/ asserts the bounds on the same cases.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from service.catalog.model_catalog import load_model_catalog
+from service.estimator.architecture import Architecture
+from service.estimator.inference import (
+    InferenceRequest,
+    estimate_inference,
+    stage_figures,
+)
+
+GIB = 2**30
+MIB = 2**20
+SHARED = Path(__file__).resolve().parents[2].parent / "shared"
+VALIDATION = SHARED / "validation"
+TRACER_DATA = Path(__file__).parent / "data" / "infer_tracer.jsonl"
+
+# vLLM's `quant` column -> the weight format it ran (None: the checkpoint's own config).
+_VLLM_QUANT = {"None": None, "fp8(runtime)": "fp8"}
+# transformers benchmark `quant` column -> weight format.
+_HF_QUANT = {
+    "BF16": None,
+    "GPTQ-Int8": "gptq-int8",
+    "GPTQ-Int4": "gptq-int4",
+    "AWQ": "awq-int4",
+    "AWQ-INT4": "awq-int4",
+    "FP8": "fp8-block",
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One compared figure: the estimator's value against the measured (or traced) one."""
+
+    source: str  # vllm | transformers | tracer
+    case: str
+    component: str
+    estimate: float
+    measured: float
+    unit: str = "GiB"
+    note: str = ""
+
+    @property
+    def error(self) -> float:
+        """Signed relative error of the estimate."""
+        return (self.estimate - self.measured) / self.measured
+
+
+def require_shared() -> Path:
+    if not VALIDATION.is_dir():
+        raise FileNotFoundError(
+            f"measured data not found at {VALIDATION}; the shared checkout (../shared) must sit "
+            "beside the repository"
+        )
+    return VALIDATION
+
+
+@lru_cache(maxsize=1)
+def _catalog():  # type: ignore[no-untyped-def]
+    return load_model_catalog()
+
+
+def _arch(model_id: str) -> Architecture:
+    return _catalog().get(model_id).architecture
+
+
+# ------------------------------------------------------------------------------------------
+# vLLM
+# ------------------------------------------------------------------------------------------
+
+
+def _vllm_rows() -> list[dict[str, str]]:
+    with (require_shared() / "vllm_v0.19_h100.csv").open() as f:
+        return list(csv.DictReader(f))
+
+
+def is_hybrid(model_id: str) -> bool:
+    return "sliding_attention" in _arch(model_id).layer_types
+
+
+def is_mla(model_id: str) -> bool:
+    return _arch(model_id).mla is not None
+
+
+def vllm_request(row: dict[str, str]) -> InferenceRequest:
+    arch = _arch(row["model"])
+    fmt = "fp32" if row["dtype"] == "fp32" else _VLLM_QUANT.get(row["quant"])
+    return InferenceRequest(
+        architecture=arch,
+        weight_format=fmt,
+        kv_cache_dtype=row["kv_cache_dtype"],
+        sequence_length=int(row["max_model_len"]),
+        engine="vllm",
+        engine_options={
+            "gpu_memory_utilization": float(row["gpu_mem_util"]),
+            "max_model_len": int(row["max_model_len"]),
+            "max_num_batched_tokens": 8192,
+            "block_size": 16,
+        },
+        tensor_parallel_size=int(row["tp"]),
+        pipeline_parallel_size=int(row["pp"]),
+        gpu_memory_bytes=round(float(row["total_gib"]) * GIB),
+    )
+
+
+def vllm_cases() -> list[Case]:
+    out: list[Case] = []
+    for row in _vllm_rows():
+        req = vllm_request(row)
+        est = estimate_inference(req)
+        cap = est.capacity
+        assert cap is not None
+        first = stage_figures(req)[0]
+        name = row["run"]
+        kind = "mla" if is_mla(row["model"]) else "hybrid" if is_hybrid(row["model"]) else "full"
+        measured_bpt = float(row["kv_cache_gib"]) * GIB / int(row["kv_cache_tokens"])
+        out.append(
+            Case("vllm", name, "kv_bytes_per_token", cap.kv_cache_bytes_per_token, measured_bpt,
+                 "B", kind)
+        )
+        out.append(Case("vllm", name, "weights", first.weights / GIB, float(row["weights_gib"])))
+        # vLLM logs rank 0's pool; with PP its first stage (the tokens use the smallest pool).
+        assert first.kv_pool_bytes is not None
+        out.append(
+            Case("vllm", name, "kv_pool", first.kv_pool_bytes / GIB, float(row["kv_cache_gib"]))
+        )
+        out.append(
+            Case("vllm", name, "kv_tokens", cap.kv_cache_tokens, int(row["kv_cache_tokens"]),
+                 "tokens")
+        )
+        out.append(
+            Case("vllm", name, "max_concurrency", cap.max_concurrency,
+                 float(row["max_concurrency"]), "requests")
+        )
+        if row["activation_gib"]:
+            out.append(
+                Case("vllm", name, "activations", first.activations / GIB,
+                     float(row["activation_gib"]))
+            )
+            out.append(
+                Case("vllm", name, "non_torch", first.non_kv_overhead / GIB,
+                     float(row["non_torch_gib"]))
+            )
+    return out
+
+
+# ------------------------------------------------------------------------------------------
+# transformers (Qwen speed benchmarks)
+# ------------------------------------------------------------------------------------------
+
+
+def _hf_options(benchmark: str) -> dict[str, bool]:
+    """Version-dependent behaviour of the benchmark's transformers release."""
+    if "transformers 4.38" in benchmark:
+        # < 4.40: cos/sin caches in every layer; < 4.45: prefill logits of every position.
+        return {"logits_all_positions": True, "rope_cache_per_layer": True}
+    return {}
+
+
+def transformers_rows() -> list[dict[str, str]]:
+    with (require_shared() / "qwen_transformers_inference.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    good = []
+    for r in rows:
+        # Skip the malformed lines of the source page (a model name in the quant column, ...).
+        if r["quant"] not in _HF_QUANT or not r["model"] or not r["gpus"].isdigit():
+            continue
+        try:
+            float(r["peak_allocated"])
+        except ValueError:
+            continue
+        good.append(r)
+    return good
+
+
+def transformers_request(row: dict[str, str]) -> InferenceRequest:
+    arch = _arch("Qwen/" + row["model"])
+    prompt = int(row["input_tokens"])
+    return InferenceRequest(
+        architecture=arch,
+        weight_format=_HF_QUANT[row["quant"]],
+        sequence_length=prompt + int(row["output_tokens"]),
+        prompt_tokens=prompt,
+        engine="transformers",
+        engine_options=_hf_options(row["benchmark"]),
+        pipeline_parallel_size=int(row["gpus"]),
+        attention="flash",
+    )
+
+
+def transformers_cases() -> list[Case]:
+    out = []
+    for row in transformers_rows():
+        est = estimate_inference(transformers_request(row))
+        t = est.total
+        allocated = t["weights"] + t["kv_cache"] + t["activations"]
+        unit = 1 if row["unit"] == "GiB" else 1 / 1024
+        measured = float(row["peak_allocated"]) * unit
+        name = f"{row['model']} {row['quant']} in={row['input_tokens']} gpus={row['gpus']}"
+        note = "quantized" if row["quant"] != "BF16" else "bf16"
+        out.append(Case("transformers", name, "peak_allocated", allocated / GIB, measured,
+                        "GiB", note))
+    return out
+
+
+# ------------------------------------------------------------------------------------------
+# Reference tracer
+# ------------------------------------------------------------------------------------------
+
+
+def tracer_records() -> list[dict[str, object]]:
+    if not TRACER_DATA.exists():
+        return []
+    return [json.loads(ln) for ln in TRACER_DATA.read_text().splitlines() if ln.strip()]
+
+
+def tracer_request(rec: dict[str, object]) -> InferenceRequest:
+    arch = _arch(str(rec["model"]))
+    cfg = dict(_catalog().get(str(rec["model"])).config)
+    cfg.pop("quantization_config", None)
+    if rec.get("layers"):
+        n = int(rec["layers"])  # type: ignore[arg-type]
+        cfg["num_hidden_layers"] = n
+        if isinstance(cfg.get("layer_types"), list):
+            cfg["layer_types"] = cfg["layer_types"][:n]
+    arch = Architecture.from_hf_config(cfg)
+    seq = int(rec["seq"])  # type: ignore[arg-type]
+    return InferenceRequest(
+        architecture=arch,
+        weight_format="bf16",
+        batch_size=int(rec["batch"]),  # type: ignore[arg-type]
+        sequence_length=seq,
+        prompt_tokens=seq,
+        engine="transformers",
+        engine_options={"logits_all_positions": rec["logits_to_keep"] == 0},
+        attention="eager" if rec["attn_impl"] == "eager" else "sdpa",
+    )
+
+
+def tracer_cases() -> list[Case]:
+    out = []
+    for rec in tracer_records():
+        est = estimate_inference(tracer_request(rec))
+        t = est.total
+        name = (
+            f"{rec['model']} s={rec['seq']} b={rec['batch']} keep={rec['logits_to_keep']} "
+            f"{rec['attn_impl']}" + (f" L={rec['layers']}" if rec.get("layers") else "")
+        )
+        peak = t["weights"] + t["kv_cache"] + t["activations"]
+        out.append(Case("tracer", name, "peak_allocated", peak / GIB,
+                        int(rec["peak_bytes"]) / GIB))  # type: ignore[arg-type]
+        out.append(Case("tracer", name, "kv_cache", t["kv_cache"] / MIB,
+                        int(rec["kv_cache_bytes"]) / MIB, "MiB"))  # type: ignore[arg-type]
+        out.append(Case("tracer", name, "weights", t["weights"] / GIB,
+                        int(rec["weights_bytes"]) / GIB))  # type: ignore[arg-type]
+    return out
+
+
+def cases() -> list[Case]:
+    return vllm_cases() + transformers_cases() + tracer_cases()
+
+
+# ------------------------------------------------------------------------------------------
+# Report
+# ------------------------------------------------------------------------------------------
+
+
+def _fmt(v: float, unit: str) -> str:
+    if unit in ("tokens", "B"):
+        return f"{v:,.0f}"
+    return f"{v:.3f}" if abs(v) < 100 else f"{v:.1f}"
+
+
+def _table(rows: Iterable[Case]) -> list[str]:
+    out = ["| case | component | estimate | measured | unit | error |", "|---|---|---:|---:|---|---:|"]
+    for c in rows:
+        out.append(
+            f"| {c.case} | {c.component} | {_fmt(c.estimate, c.unit)} | "
+            f"{_fmt(c.measured, c.unit)} | {c.unit} | {c.error * 100:+.2f}% |"
+        )
+    return out
+
+
+def summary(all_cases: list[Case]) -> list[str]:
+    groups: dict[tuple[str, str], list[float]] = {}
+    for c in all_cases:
+        groups.setdefault((c.source, c.component), []).append(abs(c.error))
+    out = [
+        "| source | component | cases | mean abs error | median | worst |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for (src, comp), errs in groups.items():
+        out.append(
+            f"| {src} | {comp} | {len(errs)} | {statistics.fmean(errs) * 100:.2f}% | "
+            f"{statistics.median(errs) * 100:.2f}% | {max(errs) * 100:.2f}% |"
+        )
+    return out
+
+
+def report() -> str:
+    all_cases = cases()
+    lines = ["## Inference", "", "### Summary per source and component", ""]
+    lines += summary(all_cases)
+    for src, title in (
+        ("vllm", "vLLM v0.19 start-up on H100 (vllm_v0.19_h100.csv)"),
+        ("transformers", "transformers generate, Qwen speed benchmarks (peak allocated)"),
+        ("tracer", "Reference tracer, transformers 5.24 prefill (data/infer_tracer.jsonl)"),
+    ):
+        lines += ["", f"### {title}", ""]
+        lines += _table(c for c in all_cases if c.source == src)
+    return "\n".join(lines) + "\n"

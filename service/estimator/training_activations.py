@@ -1,0 +1,312 @@
+"""Activation memory of one training step, from the architecture.
+
+What each decoder layer keeps for backward follows the autograd rules of the transformers 5.x
+modeling code (Llama/Qwen/Mistral/Gemma/MoE families) and of peft's LoRA layers:
+
+- an op saves a tensor only if backward needs it: a linear saves its input only when its
+  weight is trainable (a frozen base projection under LoRA keeps only its weight), a norm
+  saves its normalized value only when its weight is trainable;
+- HF RMSNorm upcasts to fp32 and keeps that copy (4 bytes) plus the normalized value in the
+  input dtype; Gemma's norm keeps both in fp32;
+- flash/SDPA attention keeps q, k, v (after RoPE), its output (which o_proj reads as a view)
+  and an fp32 log-sum-exp per head; eager attention keeps the repeated k/v, fp32 softmax
+  output and its 16-bit copy (s² per head) and a contiguous copy of the output;
+- a gated MLP keeps gate, act(gate), up and their product (the product only if down_proj is
+  trainable); grouped-mm MoE experts keep the same per routed token (top-k copies), plus the
+  router's fp32 softmax;
+- peft LoRA keeps, per adapted module, its own copy of the module input (fp32 on a 16-bit base,
+  the autocast copy under AMP) and the rank-sized intermediate;
+- the loss path: 16-bit logits are returned (kept), upcast to fp32 for the cross entropy whose
+  log-softmax output is kept (so 6·V bytes per token in bf16); backward starts by allocating
+  two fp32 tensors of that size (8·V bytes per token);
+- AMP: autocast keeps a 16-bit copy of every linear weight it cast, saved for backward.
+
+Gradient checkpointing (HF, per decoder layer, non-reentrant): ``full`` keeps each layer's
+input and recomputes one layer at a time in backward; ``selective`` recomputes the core
+attention only (Korthikanti et al., 2022): the score matrices and the log-sum-exp are not kept.
+
+Tensor parallelism (Megatron layout) splits what lies inside attention and the MLP, and the
+logits (vocabulary-parallel); sequence parallelism splits the rest (norm inputs, layer
+boundaries) as well.
+
+The result is split into coefficients of b·s (bytes per token) and b·s² (bytes per token per
+position), computed once per architecture and static settings, so that evaluating a
+(batch, sequence) point is a few multiplications.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from service.estimator.architecture import Architecture, LinearModule
+
+__all__ = [
+    "ATTENTION",
+    "GRADIENT_CHECKPOINTING",
+    "ActivationCoefficients",
+    "ActivationSetup",
+    "activation_coefficients",
+]
+
+GRADIENT_CHECKPOINTING: tuple[str, ...] = ("none", "full", "selective")
+ATTENTION: tuple[str, ...] = ("flash", "sdpa", "eager")
+
+# Families whose RMSNorm computes in fp32 and scales by (1 + weight) (transformers Gemma*).
+_FP32_NORM_FAMILIES = frozenset({"gemma", "gemma2", "gemma3_text", "gemma3"})
+_FP32 = 4
+_INT64 = 8
+
+
+@dataclass(frozen=True)
+class ActivationSetup:
+    """Static settings that shape activations (hashable: results are cached on it).
+
+    ``trainable_from``: the first decoder layer whose weights train (0 for full fine-tuning,
+    ``num_layers`` when only adapters train is *not* this: adapters make a layer trainable via
+    ``lora_names``). ``residual_bytes``: dtype of the residual stream (the embedding's dtype).
+    """
+
+    arch: Architecture
+    compute_bytes: int
+    residual_bytes: int
+    autocast: bool
+    base_trainable: bool  # base weights of trainable layers train (full/freeze)
+    trainable_from: int  # decoder layers >= this are trainable (full/freeze)
+    lora_names: frozenset[str]  # adapted modules (LoRA/QLoRA)
+    lora_rank: int
+    attention: str
+    checkpointing: str
+    tp: int = 1
+    sp: bool = False
+
+
+@dataclass(frozen=True)
+class ActivationCoefficients:
+    """Activation bytes as ``lin·(b·s) + quad·(b·s²)`` per phase (one GPU, one micro-batch).
+
+    ``layers_*``: kept by all decoder layers until backward; ``layer_*`` (tuple per layer)
+    lets pipeline stages take their own share. ``head_kept``: final norm and the loss tensors
+    kept after forward. ``fw_transient``/``bw_transient``: the loss path's extra at the end of
+    forward and at the start of backward. ``recompute_*``: one layer recomputed in backward
+    (checkpointing) plus its backward working set. ``weight_copies``: autocast's 16-bit
+    weight copies (bytes, independent of b and s).
+    """
+
+    layer_lin: tuple[float, ...]
+    layer_quad: tuple[float, ...]
+    head_kept: float
+    fw_transient: float
+    bw_transient: float
+    recompute_lin: float
+    recompute_quad: float
+    weight_copies: int
+    embed_lin: float
+
+    @property
+    def layers_lin(self) -> float:
+        return sum(self.layer_lin)
+
+    @property
+    def layers_quad(self) -> float:
+        return sum(self.layer_quad)
+
+
+def _norm_kept(setup: ActivationSetup, dim: int, weight_trains: bool, input_grad: bool) -> float:
+    """Bytes per token a norm over ``dim`` keeps (not counting its output)."""
+    if not input_grad and not weight_trains:
+        return 0.0
+    arch = setup.arch
+    if arch.model_type in _FP32_NORM_FAMILIES:
+        return dim * (_FP32 + (_FP32 if weight_trains else 0))
+    if arch.norm == "layernorm":
+        # LayerNorm keeps its input, plus mean and rstd per row.
+        return dim * setup.residual_bytes + 2 * _FP32
+    return dim * (_FP32 + (setup.residual_bytes if weight_trains else 0))
+
+
+@dataclass(frozen=True)
+class _LayerTerms:
+    """One decoder layer's kept activations: ``inner`` is split by TP, ``outer`` by SP."""
+
+    inner: float
+    outer: float
+    quad: float  # per b·s² (eager scores); split by TP
+    work: float  # backward working set per token (transient)
+
+
+def _consumer_input(
+    setup: ActivationSetup, dim: int, consumers: tuple[LinearModule, ...], layer_trains: bool
+) -> float:
+    """Bytes per token kept for linear inputs of width ``dim`` read by ``consumers``: the
+    (autocast copy of the) input once if any base weight trains, plus a copy per adapter."""
+    c = setup.compute_bytes
+    kept = 0.0
+    if layer_trains and setup.base_trainable:
+        kept += dim * c  # norm output (or its autocast copy), shared by the projections
+    n_lora = sum(1 for m in consumers if m.name in setup.lora_names)
+    if n_lora:
+        copy = c if setup.autocast else _FP32
+        kept += n_lora * (dim * copy + setup.lora_rank * _FP32)
+    return kept
+
+
+def _layer_terms(setup: ActivationSetup, i: int, grad_flows: bool) -> _LayerTerms:
+    arch = setup.arch
+    c = setup.compute_bytes
+    h = arch.hidden_size
+    layer_trains = setup.base_trainable and i >= setup.trainable_from
+    has_lora = bool(setup.lora_names)
+    if not (grad_flows or layer_trains or has_lora):
+        return _LayerTerms(0.0, 0.0, 0.0, 0.0)
+    mods = {m.name: m for m in arch.linear_modules() if i in m.layers}
+    names = tuple(mods)
+
+    def pick(*wanted: str) -> tuple[LinearModule, ...]:
+        return tuple(mods[n] for n in names if n in wanted)
+
+    outer = 0.0
+    inner = 0.0
+    quad = 0.0
+    gemma_style = arch.norms_per_layer == 4
+    # --- attention block ------------------------------------------------------------
+    outer += _norm_kept(setup, h, layer_trains, grad_flows)
+    heads, kv, hd, vhd = arch.num_attention_heads, arch.num_kv_heads, arch.head_dim, arch.v_head_dim
+    if arch.mla is not None:
+        mla = arch.mla
+        q_in = pick("q_a_proj", "q_proj", "kv_a_proj_with_mqa")
+        outer += _consumer_input(setup, h, q_in, layer_trains)
+        if mla.q_lora_rank:
+            inner += mla.q_lora_rank * c + _norm_kept(setup, mla.q_lora_rank, layer_trains, True)
+            inner += _consumer_input(setup, mla.q_lora_rank, pick("q_b_proj"), layer_trains)
+        inner += (mla.kv_lora_rank + mla.qk_rope_head_dim) * c
+        inner += _norm_kept(setup, mla.kv_lora_rank, layer_trains, True)
+        inner += _consumer_input(setup, mla.kv_lora_rank, pick("kv_b_proj"), layer_trains)
+        inner += heads * (mla.qk_nope_head_dim + vhd) * c  # kv_b output
+        attn_q, attn_k, attn_v = heads * hd, heads * hd, heads * vhd
+    else:
+        qkv = pick("q_proj", "k_proj", "v_proj", "qkv_proj", "c_attn", "query_key_value")
+        outer += _consumer_input(setup, h, qkv, layer_trains)
+        attn_q, attn_k, attn_v = heads * hd, kv * hd, kv * vhd
+        if arch.qk_norm is not None:
+            qk = attn_q + attn_k
+            if arch.model_type in _FP32_NORM_FAMILIES:
+                inner += qk * (_FP32 + (_FP32 if layer_trains else 0))
+            else:
+                inner += qk * (_FP32 + (c if layer_trains else 0))
+    out_width = heads * vhd
+    if setup.attention == "eager":
+        # repeat_kv copies k/v to every head; scores: fp32 softmax + 16-bit probabilities.
+        inner += (attn_q + heads * hd + heads * vhd) * c + out_width * c
+        if setup.checkpointing != "selective":
+            quad += heads * (_FP32 + c)
+    else:
+        inner += (attn_q + attn_k + attn_v + out_width) * c
+        if setup.checkpointing != "selective":
+            inner += heads * _FP32  # log-sum-exp
+    inner += _consumer_input(setup, out_width, pick("o_proj", "dense", "c_proj"), layer_trains) - (
+        out_width * c if layer_trains and setup.base_trainable and setup.attention != "eager"
+        else 0.0
+    )  # o_proj reads the attention output as a view (already counted) except after eager
+    if gemma_style:
+        outer += _norm_kept(setup, h, layer_trains, True)  # post-attention norm
+    # --- MLP / MoE block ------------------------------------------------------------
+    outer += _norm_kept(setup, h, layer_trains, True)
+    work = 0.0
+    if arch.moe is not None and arch.is_moe_layer(i):
+        moe = arch.moe
+        k, e, ie = moe.experts_per_token, moe.num_experts, moe.expert_intermediate_size
+        router = pick("gate", "router")
+        experts_train = layer_trains or any(
+            m.name in setup.lora_names for m in mods.values() if m.component == "experts"
+        )
+        outer += _consumer_input(setup, h, router, layer_trains)
+        inner += e * _FP32 + k * 2 * _INT64  # router softmax, top-k / sort indices
+        inner += k * (
+            (h * c if experts_train else 0) + 4 * ie * c + h * c
+        )
+        work_width = k * ie
+        if moe.shared_expert_intermediate_size:
+            si = moe.shared_expert_intermediate_size
+            shared = pick("shared_expert.gate_proj", "shared_experts.gate_proj",
+                          "shared_expert.up_proj", "shared_experts.up_proj")
+            inner += 3 * si * c + (si * c if layer_trains else 0)
+            inner += _consumer_input(setup, si, pick("shared_expert.down_proj",
+                                                      "shared_experts.down_proj"),
+                                     False) + shared.__len__() * 0
+            work_width += si
+    else:
+        width = arch.intermediate_size
+        up = pick("gate_proj", "up_proj", "gate_up_proj", "fc1", "c_fc", "w1", "w2")
+        outer += _consumer_input(setup, h, up, layer_trains) - 0.0
+        inner += (3 if arch.gated_mlp else 1) * width * c
+        inner += _consumer_input(setup, width, pick("down_proj", "fc2", "c_proj"), layer_trains)
+        work_width = width
+    if gemma_style:
+        outer += _norm_kept(setup, h, layer_trains, True)  # post-feedforward norm
+    # Backward working set: gradients of the widest intermediates alive at once.
+    work = 3 * work_width * c + 4 * h * max(c, setup.residual_bytes)
+    return _LayerTerms(inner, outer, quad, work)
+
+
+@functools.lru_cache(maxsize=1024)
+def activation_coefficients(setup: ActivationSetup) -> ActivationCoefficients:
+    """Per-token coefficients of every activation term for ``setup``."""
+    arch = setup.arch
+    tp = setup.tp
+    sp_div = tp if setup.sp else 1
+    c = setup.compute_bytes
+    h = arch.hidden_size
+    v = arch.vocab_size
+    # Does a gradient flow into layer i's input? Only if something before it trains: the
+    # embedding (full fine-tuning) or an earlier trainable layer / adapter.
+    embed_trains = setup.base_trainable and setup.trainable_from == 0
+    lin: list[float] = []
+    quad: list[float] = []
+    recompute_lin = 0.0
+    recompute_quad = 0.0
+    grad_flows = embed_trains
+    for i in range(arch.num_layers):
+        t = _layer_terms(setup, i, grad_flows)
+        full_lin = t.inner / tp + t.outer / sp_div
+        full_quad = t.quad / tp
+        if t.inner or t.outer:
+            grad_flows = True
+        if setup.checkpointing == "full" and (t.inner or t.outer):
+            lin.append(h * setup.residual_bytes / sp_div)  # the checkpointed layer input
+            quad.append(0.0)
+            recompute_lin = max(recompute_lin, full_lin + t.work / tp)
+            recompute_quad = max(recompute_quad, full_quad)
+        else:
+            lin.append(full_lin)
+            quad.append(full_quad)
+            recompute_lin = max(recompute_lin, t.work / tp)
+    # Final norm + lm_head input + loss tensors.
+    head_trains = setup.base_trainable or "lm_head" in setup.lora_names
+    head = _norm_kept(setup, h, setup.base_trainable, grad_flows)
+    if head_trains:
+        head += h * c
+    logits_bytes = c
+    head_v = v * (logits_bytes + _FP32) / tp  # 16-bit logits + fp32 log-softmax
+    fw_transient = v * (_FP32 if c != _FP32 else 0) / tp  # the fp32 upcast, freed after the loss
+    bw_transient = v * 2 * _FP32 / tp
+    # Autocast's 16-bit copies of linear weights (frozen ones too: backward needs them).
+    copies = 0
+    if setup.autocast:
+        for m in arch.linear_modules():
+            n = m.weight_numel * (m.count if not m.tied else 1)
+            if not m.is_nn_linear:
+                n = m.weight_numel * m.count
+            copies += n * c
+        copies //= tp
+    return ActivationCoefficients(
+        layer_lin=tuple(lin),
+        layer_quad=tuple(quad),
+        head_kept=head / sp_div + head_v,
+        fw_transient=fw_transient,
+        bw_transient=bw_transient,
+        recompute_lin=recompute_lin,
+        recompute_quad=recompute_quad,
+        weight_copies=copies,
+        embed_lin=h * setup.residual_bytes / sp_div,
+    )

@@ -1,0 +1,188 @@
+"""The model catalog: every record loads, and totals agree with published figures."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from service.catalog.model_catalog import CatalogError, load_model_catalog
+from service.estimator.errors import NotFound
+
+VALIDATION = Path("/work/shared/validation/model_configs.json")
+REQUIRED = [
+    "Qwen/Qwen-7B",
+    "Qwen/Qwen2.5-7B-Instruct",
+    "Qwen/Qwen3-235B-A22B",
+    "deepseek-ai/DeepSeek-R1",
+    "meta-llama/Llama-2-7b-hf",
+    "meta-llama/Llama-2-13b-hf",
+    "meta-llama/Llama-2-70b-hf",
+    "meta-llama/Meta-Llama-3-8B",
+    "meta-llama/Meta-Llama-3-70B",
+    "meta-llama/Llama-3.1-8B",
+    "meta-llama/Llama-3.1-8B-Instruct",
+    "meta-llama/Llama-3.1-70B-Instruct",
+    "meta-llama/Llama-3.1-405B-Instruct",
+    "meta-llama/Llama-3.2-1B-Instruct",
+    "meta-llama/Llama-3.2-3B",
+    "meta-llama/Llama-3.3-70B-Instruct",
+    "Qwen/Qwen2.5-0.5B",
+    "Qwen/Qwen2.5-1.5B",
+    "Qwen/Qwen2.5-3B",
+    "Qwen/Qwen2.5-14B",
+    "Qwen/Qwen2.5-32B",
+    "Qwen/Qwen2.5-72B",
+    "Qwen/Qwen3-0.6B",
+    "Qwen/Qwen3-1.7B",
+    "Qwen/Qwen3-4B",
+    "Qwen/Qwen3-8B",
+    "Qwen/Qwen3-14B",
+    "Qwen/Qwen3-32B",
+    "Qwen/Qwen3-30B-A3B",
+    "mistralai/Mistral-7B-Instruct-v0.1",
+    "mistralai/Mistral-7B-Instruct-v0.3",
+    "mistralai/Mistral-Nemo-Instruct-2407",
+    "mistralai/Mixtral-8x7B-Instruct-v0.1",
+    "mistralai/Mixtral-8x22B-v0.1",
+    "google/gemma-2-2b",
+    "google/gemma-2-9b-it",
+    "google/gemma-2-27b",
+    "google/gemma-3-1b-it",
+    "google/gemma-3-4b-it",
+    "google/gemma-3-12b-it",
+    "google/gemma-3-27b-it",
+    "microsoft/Phi-3-mini-4k-instruct",
+    "microsoft/Phi-3-medium-4k-instruct",
+    "microsoft/Phi-3.5-MoE-instruct",
+    "microsoft/phi-4",
+    "deepseek-ai/DeepSeek-V2-Lite-Chat",
+    "deepseek-ai/DeepSeek-V3",
+    "openai/gpt-oss-20b",
+    "openai/gpt-oss-120b",
+    "codellama/CodeLlama-7b-hf",
+    "ibm-granite/granite-3.1-8b-instruct",
+]
+
+
+@pytest.fixture(scope="module")
+def catalog():
+    return load_model_catalog()
+
+
+def test_size_and_required_models(catalog) -> None:
+    assert len(catalog) >= 45
+    for model_id in REQUIRED:
+        assert model_id in catalog, model_id
+
+
+@pytest.mark.skipif(not VALIDATION.exists(), reason="shared validation data not mounted")
+def test_validation_csv_models_resolve(catalog) -> None:
+    import csv
+
+    names = set()
+    for name in ("vllm_v0.19_h100.csv",):
+        with open(VALIDATION.parent / name) as f:
+            names |= {row["model"] for row in csv.DictReader(f)}
+    for name in names:
+        catalog.get(name)
+
+
+def test_lookup_is_case_insensitive_and_suggests(catalog) -> None:
+    assert catalog.get("qwen/qwen2.5-7b-INSTRUCT").id == "Qwen/Qwen2.5-7B-Instruct"
+    with pytest.raises(NotFound) as err:
+        catalog.get("Qwen/Qwen2.5-7B-Instrct")
+    assert "Qwen/Qwen2.5-7B-Instruct" in err.value.detail
+
+
+def _billions(text: str) -> tuple[float, float]:
+    """'7.61B' -> (7.61, 0.01): the figure and one unit of its last digit, since model
+    cards both round and truncate."""
+    digits = text.removesuffix("B")
+    decimals = len(digits.split(".")[1]) if "." in digits else 0
+    return float(digits), 10.0**-decimals
+
+
+def _published(official: str) -> tuple[str, str | None]:
+    """Total (the Hub's safetensors figure when given, else the card's) and active figure."""
+    hub = re.search(r"HF(?: safetensors)?: (\d+(?:\.\d+)?B)", official)
+    total = hub.group(1) if hub else re.search(r"\d+(?:\.\d+)?B", official).group(0)
+    active = re.search(r"(\d+(?:\.\d+)?B) activ", official)
+    return total, active.group(1) if active else None
+
+
+@pytest.mark.skipif(not VALIDATION.exists(), reason="shared validation data not mounted")
+def test_totals_match_published_figures(catalog) -> None:
+    records = json.loads(VALIDATION.read_text())
+    for rec in records:
+        model_id = re.sub(r"\(.*?\)|\s.*$", "", rec["model"]).strip()
+        entry = catalog.get(model_id if model_id in catalog else model_id + "-it")
+        official = rec["official_params"]
+        total_text, active_text = _published(official)
+        if "vision" not in official:  # Gemma 3's figure includes the vision tower
+            figure, unit = _billions(total_text)
+            assert abs(entry.counts.total / 1e9 - figure) <= unit, (model_id, entry.counts.total)
+        if active_text:
+            figure, unit = _billions(active_text)
+            active = entry.counts.active
+            if model_id.startswith("openai/"):
+                # OpenAI's active figure leaves out the input embedding.
+                active -= entry.counts.by_component["embeddings"]
+            assert abs(active / 1e9 - figure) <= unit, (model_id, active)
+
+
+def test_deepseek_r1(catalog) -> None:
+    r1 = catalog.get("deepseek-ai/DeepSeek-R1")
+    assert round(r1.counts.total / 1e9) == 671
+    assert 37.0e9 <= r1.counts.active < 38.0e9
+    assert r1.architecture.mla is not None
+    assert r1.architecture.quantization is not None
+    assert r1.architecture.quantization.method == "fp8"
+
+
+def test_filter(catalog) -> None:
+    gemma3 = catalog.filter(family="gemma3")
+    assert {e.id for e in gemma3} >= {"google/gemma-3-1b-it", "google/gemma-3-27b-it"}
+    small = catalog.filter(max_parameters=2_000_000_000)
+    assert small and all(e.counts.total <= 2e9 for e in small)
+    big_moe = catalog.filter(family="deepseek_v3", min_parameters=600_000_000_000)
+    assert {e.id for e in big_moe} == {"deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-R1"}
+
+
+def test_bad_records_raise_catalog_error(tmp_path) -> None:
+    good = {
+        "id": "x/y",
+        "aliases": [],
+        "dtype": "bfloat16",
+        "source": "test",
+        "config": {
+            "model_type": "llama",
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "vocab_size": 100,
+            "torch_dtype": "bfloat16",
+        },
+    }
+    cases = [
+        {**good, "config": {**good["config"], "hidden_size": -1}},
+        {**good, "dtype": "float16"},
+        {k: v for k, v in good.items() if k != "source"},
+        {**good, "extra": 1},
+        {**good, "config": {**good["config"], "model_type": "bert"}},
+    ]
+    for n, record in enumerate(cases):
+        path = tmp_path / f"bad{n}.json"
+        path.write_text(json.dumps({"models": [record]}))
+        with pytest.raises(CatalogError):
+            load_model_catalog(path)
+    dup = tmp_path / "dup.json"
+    dup.write_text(json.dumps({"models": [good, {**good, "id": "X/Y"}]}))
+    with pytest.raises(CatalogError):
+        load_model_catalog(dup)
+    ok = tmp_path / "ok.json"
+    ok.write_text(json.dumps({"models": [good]}))
+    assert load_model_catalog(ok).get("X/Y").counts.total > 0

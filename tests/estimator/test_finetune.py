@@ -1,0 +1,146 @@
+"""The detailed fine-tuning estimator: invariants, validation errors, fit, speed."""
+
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from service.estimator.architecture import Architecture
+from service.estimator.errors import InvalidRequest
+from service.estimator.finetune import (
+    GRADIENT_CHECKPOINTING,
+    METHODS,
+    OPTIMIZERS,
+    PRECISIONS,
+    FinetuneRequest,
+    LoraSpec,
+    estimate_finetune,
+    fit_finetune,
+)
+
+LLAMA_8B = {
+    "model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096,
+    "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8,
+    "head_dim": 128, "vocab_size": 128256, "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+}
+ARCH = Architecture.from_hf_config(LLAMA_8B)
+N = 8_030_261_248  # Llama-3.1-8B parameters (model card / safetensors)
+KEYS = {"weights", "gradients", "optimizer_states", "activations", "overhead"}
+
+
+def test_shape_of_the_estimate():
+    e = estimate_finetune(FinetuneRequest(ARCH))
+    assert e.kind == "finetune" and e.estimator == "detailed"
+    assert set(e.per_gpu) == KEYS and set(e.total) == KEYS
+    assert e.details["trainable_parameters"] == N
+    assert e.details["peak_phase"] in ("forward", "backward", "backward_end", "optimizer_step")
+
+
+def test_full_mixed_adamw_states_are_16_bytes_per_parameter():
+    # fp32 weights (4) + fp32 Adam states (8): 12 bytes per parameter resident at every phase.
+    e = estimate_finetune(FinetuneRequest(ARCH, sequence_length=128))
+    assert e.per_gpu["weights"] == 4 * N
+    assert e.per_gpu["optimizer_states"] >= 8 * N
+
+
+def test_constants():
+    assert METHODS == ("full", "freeze", "lora", "qlora")
+    assert "bf16-mixed" in PRECISIONS and "paged-adamw-8bit" in OPTIMIZERS
+    assert GRADIENT_CHECKPOINTING == ("none", "full", "selective")
+
+
+def test_qlora_is_smaller_than_lora_and_lora_than_full():
+    full = estimate_finetune(FinetuneRequest(ARCH, precision="bf16")).per_gpu_bytes
+    lora = estimate_finetune(FinetuneRequest(ARCH, method="lora", precision="bf16"))
+    qlora = estimate_finetune(FinetuneRequest(ARCH, method="qlora", precision="bf16"))
+    assert qlora.per_gpu_bytes < lora.per_gpu_bytes < full
+    # nf4 with double quantization: about 0.52 bytes per linear weight
+    assert qlora.per_gpu["weights"] < 0.4 * lora.per_gpu["weights"]
+
+
+@pytest.mark.parametrize(
+    ("kw", "field"),
+    [
+        ({"method": "lora", "lora": LoraSpec(rank=0)}, "lora.rank"),
+        ({"method": "lora", "lora": LoraSpec(rank=8192)}, "lora.rank"),
+        ({"method": "lora", "lora": LoraSpec(target_modules=("c_attn",))}, "lora.target_modules"),
+        ({"zero_stage": 2}, "zero_stage"),
+        ({"method": "qlora", "weight_format": "fp8"}, "weight_format"),
+        ({"method": "freeze"}, "trainable_layers"),
+        ({"optimizer": "adagrad"}, "optimizer"),
+        ({"gpu_count": 3, "tensor_parallel_size": 2}, "gpu_count"),
+    ],
+)
+def test_bad_input_names_the_field(kw, field):
+    with pytest.raises(InvalidRequest) as e:
+        estimate_finetune(FinetuneRequest(ARCH, **kw))
+    assert e.value.field == field
+
+
+def test_sharding_never_raises_per_gpu():
+    base = estimate_finetune(FinetuneRequest(ARCH, gpu_count=8)).per_gpu_bytes
+    prev = base
+    for stage in (1, 2, 3):
+        cur = estimate_finetune(FinetuneRequest(ARCH, gpu_count=8, zero_stage=stage)).per_gpu_bytes
+        assert cur <= prev
+        prev = cur
+
+
+def test_offload_reports_cpu_bytes():
+    e = estimate_finetune(FinetuneRequest(ARCH, gpu_count=4, zero_stage=3,
+                                          offload_optimizer=True, offload_parameters=True))
+    assert e.cpu_bytes > 12 * N  # fp32 master + two states at least
+    assert e.per_gpu["optimizer_states"] == 0
+
+
+def test_checkpointing_saves_memory():
+    a = estimate_finetune(FinetuneRequest(ARCH, sequence_length=8192)).per_gpu["activations"]
+    b = estimate_finetune(FinetuneRequest(ARCH, sequence_length=8192,
+                                          gradient_checkpointing="full")).per_gpu["activations"]
+    assert b < a / 2
+
+
+@settings(max_examples=40, deadline=None)
+@given(b=st.integers(1, 8), s=st.integers(1, 16384), method=st.sampled_from(METHODS[:1] + METHODS[2:]))
+def test_more_tokens_never_needs_less(b, s, method):
+    r1 = FinetuneRequest(ARCH, method=method, batch_size=b, sequence_length=s)
+    r2 = FinetuneRequest(ARCH, method=method, batch_size=b, sequence_length=s + 512)
+    r3 = FinetuneRequest(ARCH, method=method, batch_size=b + 1, sequence_length=s)
+    e1 = estimate_finetune(r1).per_gpu_bytes
+    assert estimate_finetune(r2).per_gpu_bytes >= e1
+    assert estimate_finetune(r3).per_gpu_bytes >= e1
+
+
+def test_fit_and_inverse_answers_are_consistent():
+    usable = 80 * 10**9
+    req = FinetuneRequest(ARCH, method="lora", precision="bf16")
+    fit = fit_finetune(req, usable, "h100")
+    assert fit.fits and fit.headroom_bytes == usable - fit.required_bytes
+    assert fit.max_batch_size and fit.max_sequence_length
+    over = FinetuneRequest(ARCH, method="lora", precision="bf16", batch_size=fit.max_batch_size + 1)
+    assert estimate_finetune(over).per_gpu_bytes > usable
+    at = FinetuneRequest(ARCH, method="lora", precision="bf16", batch_size=fit.max_batch_size)
+    assert estimate_finetune(at).per_gpu_bytes <= usable
+
+
+def test_min_gpu_count_with_zero3():
+    fit = fit_finetune(FinetuneRequest(ARCH, gpu_count=2, zero_stage=3), 80 * 10**9, "h100")
+    assert fit.min_gpu_count is not None and fit.min_gpu_count >= 2
+    # and one fewer GPU does not fit
+    if fit.min_gpu_count > 2:
+        fewer = FinetuneRequest(ARCH, gpu_count=fit.min_gpu_count - 1, zero_stage=3)
+        assert estimate_finetune(fewer).per_gpu_bytes > 80 * 10**9
+
+
+def test_estimate_with_fit_is_fast():
+    req = FinetuneRequest(ARCH, method="lora", precision="bf16", batch_size=2)
+    fit_finetune(req, 80 * 10**9, "h100")  # warm the cache
+    n = 200
+    t0 = time.perf_counter()
+    for _ in range(n):
+        estimate_finetune(req)
+        fit_finetune(req, 80 * 10**9, "h100")
+    per_call = (time.perf_counter() - t0) / n
+    assert per_call < 2e-3  # budget ~200 µs on a quiet machine; loose bound for shared CI
