@@ -16,6 +16,8 @@ docs/accuracy.md; tests/validation/ asserts the bounds on the same cases.
 from __future__ import annotations
 
 import csv
+import dataclasses
+import itertools
 import json
 import statistics
 from collections.abc import Iterable
@@ -137,8 +139,15 @@ def vllm_cases() -> list[Case]:
         kind = "mla" if is_mla(row["model"]) else "hybrid" if is_hybrid(row["model"]) else "full"
         measured_bpt = float(row["kv_cache_gib"]) * GIB / int(row["kv_cache_tokens"])
         out.append(
-            Case("vllm", name, "kv_bytes_per_token", cap.kv_cache_bytes_per_token, measured_bpt,
-                 "B", kind)
+            Case(
+                "vllm",
+                name,
+                "kv_bytes_per_token",
+                cap.kv_cache_bytes_per_token,
+                measured_bpt,
+                "B",
+                kind,
+            )
         )
         out.append(Case("vllm", name, "weights", first.weights / GIB, float(row["weights_gib"])))
         # vLLM logs rank 0's pool; with PP its first stage (the tokens use the smallest pool).
@@ -147,21 +156,43 @@ def vllm_cases() -> list[Case]:
             Case("vllm", name, "kv_pool", first.kv_pool_bytes / GIB, float(row["kv_cache_gib"]))
         )
         out.append(
-            Case("vllm", name, "kv_tokens", cap.kv_cache_tokens, int(row["kv_cache_tokens"]),
-                 "tokens")
+            Case(
+                "vllm",
+                name,
+                "kv_tokens",
+                cap.kv_cache_tokens,
+                int(row["kv_cache_tokens"]),
+                "tokens",
+            )
         )
         out.append(
-            Case("vllm", name, "max_concurrency", cap.max_concurrency,
-                 float(row["max_concurrency"]), "requests")
+            Case(
+                "vllm",
+                name,
+                "max_concurrency",
+                cap.max_concurrency,
+                float(row["max_concurrency"]),
+                "requests",
+            )
         )
         if row["activation_gib"]:
             out.append(
-                Case("vllm", name, "activations", first.activations / GIB,
-                     float(row["activation_gib"]))
+                Case(
+                    "vllm",
+                    name,
+                    "activations",
+                    first.activations / GIB,
+                    float(row["activation_gib"]),
+                )
             )
             out.append(
-                Case("vllm", name, "non_torch", first.non_kv_overhead / GIB,
-                     float(row["non_torch_gib"]))
+                Case(
+                    "vllm",
+                    name,
+                    "non_torch",
+                    first.non_kv_overhead / GIB,
+                    float(row["non_torch_gib"]),
+                )
             )
     return out
 
@@ -175,7 +206,11 @@ def _hf_options(benchmark: str) -> dict[str, bool]:
     """Version-dependent behaviour of the benchmark's transformers release."""
     if "transformers 4.38" in benchmark:
         # < 4.40: cos/sin caches in every layer; < 4.45: prefill logits of every position.
-        return {"logits_all_positions": True, "rope_cache_per_layer": True}
+        return {
+            "logits_all_positions": True,
+            "logits_fp32_upcast": True,
+            "rope_cache_per_layer": True,
+        }
     return {}
 
 
@@ -195,13 +230,29 @@ def transformers_rows() -> list[dict[str, str]]:
     return good
 
 
+def _is_qwen3_page(row: dict[str, str]) -> bool:
+    return row["benchmark"].startswith("Qwen3")
+
+
 def transformers_request(row: dict[str, str]) -> InferenceRequest:
     arch = _arch("Qwen/" + row["model"])
+    if row["model"].startswith("Qwen2-") and row["model"].endswith("-Instruct"):
+        # The catalog holds the base configs (131072 positions); the Instruct checkpoints the
+        # benchmark ran ship max_position_embeddings 32768, which sizes 4.38's rotary caches.
+        arch = dataclasses.replace(arch, max_position_embeddings=32768)
+    if row["quant"] == "FP8" and arch.tie_word_embeddings:
+        # Qwen3's fine-grained FP8 checkpoints of tied models store lm_head as its own tensor.
+        arch = dataclasses.replace(arch, tie_word_embeddings=False)
     prompt = int(row["input_tokens"])
+    total = prompt + int(row["output_tokens"])
+    if _is_qwen3_page(row):
+        # The Qwen3 page's figures grow by exactly the KV cache per prompt token and carry no
+        # prefill transient: they are the memory held while decoding. Compare the decode phase.
+        prompt = 1
     return InferenceRequest(
         architecture=arch,
         weight_format=_HF_QUANT[row["quant"]],
-        sequence_length=prompt + int(row["output_tokens"]),
+        sequence_length=total,
         prompt_tokens=prompt,
         engine="transformers",
         engine_options=_hf_options(row["benchmark"]),
@@ -210,9 +261,32 @@ def transformers_request(row: dict[str, str]) -> InferenceRequest:
     )
 
 
+def inconsistent_rows(rows: list[dict[str, str]]) -> set[int]:
+    """Rows whose peak exceeds the same checkpoint's next longer prompt less the KV cache the
+    extra prompt tokens add: no single program can have produced both, so the row is kept in
+    the report but left out of the bounds."""
+    bad: set[int] = set()
+    by_key: dict[tuple[str, str, str, str], list[int]] = {}
+    for i, r in enumerate(rows):
+        by_key.setdefault((r["benchmark"], r["model"], r["quant"], r["gpus"]), []).append(i)
+    for idx in by_key.values():
+        idx.sort(key=lambda i: int(rows[i]["input_tokens"]))
+        for a, b in itertools.pairwise(idx):
+            ra, rb = rows[a], rows[b]
+            arch = _arch("Qwen/" + ra["model"])
+            ltb = 2 * arch.num_kv_heads * arch.head_dim * 2 * arch.num_layers
+            grow = (int(rb["input_tokens"]) - int(ra["input_tokens"])) * ltb / GIB
+            unit = 1 if ra["unit"] == "GiB" else 1 / 1024
+            if float(ra["peak_allocated"]) * unit + grow > float(rb["peak_allocated"]) * unit:
+                bad.add(a)
+    return bad
+
+
 def transformers_cases() -> list[Case]:
     out = []
-    for row in transformers_rows():
+    rows = transformers_rows()
+    bad = inconsistent_rows(rows)
+    for i, row in enumerate(rows):
         est = estimate_inference(transformers_request(row))
         t = est.total
         allocated = t["weights"] + t["kv_cache"] + t["activations"]
@@ -220,8 +294,11 @@ def transformers_cases() -> list[Case]:
         measured = float(row["peak_allocated"]) * unit
         name = f"{row['model']} {row['quant']} in={row['input_tokens']} gpus={row['gpus']}"
         note = "quantized" if row["quant"] != "BF16" else "bf16"
-        out.append(Case("transformers", name, "peak_allocated", allocated / GIB, measured,
-                        "GiB", note))
+        if i in bad:
+            note += ", inconsistent"
+        out.append(
+            Case("transformers", name, "peak_allocated", allocated / GIB, measured, "GiB", note)
+        )
     return out
 
 
@@ -269,12 +346,20 @@ def tracer_cases() -> list[Case]:
             f"{rec['attn_impl']}" + (f" L={rec['layers']}" if rec.get("layers") else "")
         )
         peak = t["weights"] + t["kv_cache"] + t["activations"]
-        out.append(Case("tracer", name, "peak_allocated", peak / GIB,
-                        int(rec["peak_bytes"]) / GIB))  # type: ignore[arg-type]
-        out.append(Case("tracer", name, "kv_cache", t["kv_cache"] / MIB,
-                        int(rec["kv_cache_bytes"]) / MIB, "MiB"))  # type: ignore[arg-type]
-        out.append(Case("tracer", name, "weights", t["weights"] / GIB,
-                        int(rec["weights_bytes"]) / GIB))  # type: ignore[arg-type]
+        out.append(Case("tracer", name, "peak_allocated", peak / GIB, int(rec["peak_bytes"]) / GIB))  # type: ignore[arg-type]
+        out.append(
+            Case(
+                "tracer",
+                name,
+                "kv_cache",
+                t["kv_cache"] / MIB,
+                int(rec["kv_cache_bytes"]) / MIB,
+                "MiB",
+            )
+        )  # type: ignore[arg-type]
+        out.append(
+            Case("tracer", name, "weights", t["weights"] / GIB, int(rec["weights_bytes"]) / GIB)
+        )  # type: ignore[arg-type]
     return out
 
 
@@ -294,7 +379,10 @@ def _fmt(v: float, unit: str) -> str:
 
 
 def _table(rows: Iterable[Case]) -> list[str]:
-    out = ["| case | component | estimate | measured | unit | error |", "|---|---|---:|---:|---|---:|"]
+    out = [
+        "| case | component | estimate | measured | unit | error |",
+        "|---|---|---:|---:|---|---:|",
+    ]
     for c in rows:
         out.append(
             f"| {c.case} | {c.component} | {_fmt(c.estimate, c.unit)} | "

@@ -69,8 +69,18 @@ def run(only: str | None = None) -> int:
             path = Path(tmp) / (model_id.replace("/", "__") + ".json")
             path.write_text(json.dumps(_config(model_id, layers)))
             cmd = [
-                str(python), str(TRACER), "--config", str(path), "--seq", str(seq),
-                "--batch", str(batch), "--logits-to-keep", str(keep), "--attn", attn,
+                str(python),
+                str(TRACER),
+                "--config",
+                str(path),
+                "--seq",
+                str(seq),
+                "--batch",
+                str(batch),
+                "--logits-to-keep",
+                str(keep),
+                "--attn",
+                attn,
             ]
             if layers:
                 cmd += ["--layers", str(layers)]

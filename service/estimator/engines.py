@@ -3,8 +3,10 @@
 - ``generic``: a plain PyTorch serving loop (prefill then decode with a growing KV cache, flash
   attention, logits of the last position only); charged against the driver total.
 - ``transformers``: ``model.generate`` with DynamicCache, as ``torch.cuda.max_memory_allocated``
-  sees it. Options for older releases: ``logits_all_positions`` (transformers < 4.45 computes the
-  prefill logits of every position and upcasts them to fp32) and ``rope_cache_per_layer``
+  sees it. Options for older releases and plain forwards: ``logits_all_positions`` (the prefill
+  logits of every position, as transformers < 4.45 ``generate`` or a plain forward computes
+  them), ``logits_fp32_upcast`` (transformers < 4.45 upcasts them to fp32 inside the forward),
+  ``rope_cache_per_layer``
   (transformers < 4.40 keeps cos/sin caches of ``max_position_embeddings`` rows in every layer).
 - ``vllm`` (v1 engine, v0.19 defaults): budget = driver total x ``gpu_memory_utilization``; the
   profiling run's weights, activation peak and non-torch increase are subtracted and the rest is
@@ -65,6 +67,7 @@ _SGLANG = {
 }
 _TRANSFORMERS = {
     "logits_all_positions": OptionSpec(bool),
+    "logits_fp32_upcast": OptionSpec(bool),
     "rope_cache_per_layer": OptionSpec(bool),
 }
 
@@ -89,6 +92,7 @@ class EngineSettings:
     enforce_eager: bool = False
     mem_fraction_static: float = 1.0
     logits_all_positions: bool = False
+    logits_fp32_upcast: bool = False
     rope_cache_per_layer: bool = False
     explicit: tuple[str, ...] = ()
 

@@ -35,7 +35,6 @@ from service.estimator.architecture import Architecture
 from service.estimator.errors import InvalidRequest
 from service.estimator.formats import bytes_per_element, get_format, linear_weight_bytes
 from service.estimator.lora import (
-    ALL_LINEAR,
     LoraSpec,
     adapter_parameters,
     lora_targets,
@@ -48,10 +47,10 @@ from service.estimator.optimizers import (
     get_optimizer,
     optimizer_footprint,
 )
-from service.estimator.precision import ADAPTER_DTYPE, PRECISIONS, get_precision
 from service.estimator.overhead import framework_overhead
+from service.estimator.precision import ADAPTER_DTYPE, PRECISIONS, get_precision
 from service.estimator.result import Estimate, Fit
-from service.estimator.search import largest_true
+from service.estimator.search import largest_true  # noqa: F401  (bounded searches)
 from service.estimator.sharding import ShardPlan, shard_state, validate_plan
 from service.estimator.training_activations import (
     ATTENTION,
@@ -184,13 +183,12 @@ def _validate(req: FinetuneRequest) -> None:
             )
     elif req.weight_format is not None:
         get_format(req.weight_format)
-        if req.method in ("full", "freeze"):
-            if get_format(req.weight_format).quantized:
-                raise InvalidRequest(
-                    "quantized weights cannot be trained; use method 'qlora' for a quantized "
-                    "base, or a plain weight_format (fp32, bf16, fp16)",
-                    field="weight_format",
-                )
+        if req.method in ("full", "freeze") and get_format(req.weight_format).quantized:
+            raise InvalidRequest(
+                "quantized weights cannot be trained; use method 'qlora' for a quantized "
+                "base, or a plain weight_format (fp32, bf16, fp16)",
+                field="weight_format",
+            )
     validate_plan(gpus, _plan(req))
 
 
@@ -234,10 +232,6 @@ class _Static:
     total_params: int
     assumptions: tuple[str, ...]
     details: tuple[tuple[str, int | float | str | bool | None], ...]
-
-
-def _layer_of(path_layers: tuple[int, ...]) -> tuple[int, ...]:
-    return path_layers
 
 
 def _stage_layers(num_layers: int, pp: int) -> tuple[range, ...]:
@@ -337,8 +331,9 @@ def _static(req: FinetuneRequest) -> _Static:
             if trains_layers:
                 k = per_layer_inst * trains_layers
                 w_bytes += m.params_per_instance * k // split * train_w
+                # optimizer states follow the fp32 master copy under mixed precision
                 trainable_groups.append(
-                    TensorGroup(m.out_features // split, m.in_features, k, train_w)
+                    TensorGroup(m.out_features // split, m.in_features, k, master)
                 )
                 train_numel += m.params_per_instance * k // split
             if frozen_layers:
@@ -387,7 +382,7 @@ def _static(req: FinetuneRequest) -> _Static:
             if trains_n:
                 cols = arch.hidden_size if g.component == "embeddings" else 0
                 rows = trains_n // cols if cols else trains_n
-                trainable_groups.append(TensorGroup(rows, cols, 1, train_w))
+                trainable_groups.append(TensorGroup(rows, cols, 1, master))
                 train_numel += trains_n
         trainable_total = max(trainable_total, 0) + (train_numel if st == 0 or pp > 1 else 0)
 
@@ -406,7 +401,7 @@ def _static(req: FinetuneRequest) -> _Static:
             layer_param_bytes=layer_param_bytes,
             bucket_bytes=bucket,
         )
-        cpu_total += sh.cpu_bytes * tp * (1 if pp == 1 else 1)
+        cpu_total += sh.cpu_bytes * tp
         states_fb = 0 if foot.paged else sh.optimizer_states
         tied_transient = 0
         if arch.tie_word_embeddings and method == "full" and pp == 1:
@@ -586,16 +581,84 @@ def _evaluate(st: _Static, b: int, s: int) -> tuple[str, int, dict[str, int]]:
         if best is None or alloc > best[1]:
             best = (phase, alloc, parts)
     assert best is not None
-    phase, alloc, parts = best
-    overhead = st.stages[0].overhead_fixed + int(alloc * FRAGMENTATION)
+    phase, _, parts = best
+    alloc = _allocated(st, b, s)
     parts = dict(parts)
-    parts["overhead"] = overhead
+    # integer rounding of the phase sum is absorbed by the activations
+    parts["activations"] += alloc - sum(parts.values())
+    parts["overhead"] = st.stages[0].overhead_fixed + int(alloc * FRAGMENTATION)
     return phase, alloc, parts
 
 
+def _allocated(st: _Static, b: int, s: int) -> int:
+    """Allocated peak of the most loaded GPU: the largest phase line at (b, s)."""
+    bs = b * s
+    bss = bs * s
+    return int(max(k + lin * bs + quad * bss for k, lin, quad in _phase_lines(st)))
+
+
 def _per_gpu_bytes(st: _Static, b: int, s: int) -> int:
-    phase, alloc, parts = _evaluate(st, b, s)
-    return sum(parts.values())
+    alloc = _allocated(st, b, s)
+    return alloc + st.stages[0].overhead_fixed + int(alloc * FRAGMENTATION)
+
+
+@functools.lru_cache(maxsize=512)
+def _phase_lines(st: _Static) -> tuple[tuple[float, float, float], ...]:
+    """Every phase's allocated bytes as K + L·(b·s) + Q·(b·s²), over all stages."""
+    out = []
+    for g in st.stages:
+        k = g.weights + g.buffers + g.states + g.weight_copies
+        out.append((float(k), g.lin + g.head + g.fw_transient, g.quad))
+        out.append((float(k), g.lin + g.head + g.bw_transient, g.quad))
+        out.append((float(k), g.lin + g.recompute_lin, g.quad + g.recompute_quad))
+        out.append((float(g.weights + g.buffers + g.states + g.gradients + g.tied_transient),
+                    0.0, 0.0))
+        out.append((float(g.weights + g.buffers + g.states_step + g.gradients + g.update_temp),
+                    0.0, 0.0))
+    return tuple(out)
+
+
+def _alloc_budget(st: _Static, usable: int) -> float:
+    """The allocated peak that still fits ``usable`` once overhead is added."""
+    return (usable - st.stages[0].overhead_fixed) / (1 + FRAGMENTATION)
+
+
+def _solve_max(st: _Static, usable: int, b: int | None, s: int | None, cap: int) -> int | None:
+    """Largest batch (s given) or sequence (b given) that fits: solved per phase line, then
+    checked against the exact evaluation (integer rounding) and stepped down if needed."""
+    budget = _alloc_budget(st, usable)
+    best = float(cap)
+    for k, lin, quad in _phase_lines(st):
+        room = budget - k
+        if room < 0:
+            return None
+        if s is not None:  # unknowns: batch
+            slope = lin * s + quad * s * s
+            if slope > 0:
+                best = min(best, room / slope)
+        else:
+            assert b is not None
+            a2, a1 = quad * b, lin * b
+            if a2 > 0:
+                x = (-a1 + (a1 * a1 + 4 * a2 * room) ** 0.5) / (2 * a2)
+            elif a1 > 0:
+                x = room / a1
+            else:
+                continue
+            best = min(best, x)
+    n = min(int(best), cap)
+
+    def fits(x: int) -> bool:
+        return (_per_gpu_bytes(st, x, s) if s is not None
+                else _per_gpu_bytes(st, b or 1, x)) <= usable
+
+    while n >= 1 and not fits(n):
+        n -= 1 if n < 64 else max(1, n // 1000)
+    if n < 1:
+        return None
+    while n < cap and fits(n + 1):
+        n += 1
+    return n
 
 
 def _static_key(req: FinetuneRequest) -> FinetuneRequest:
@@ -604,14 +667,30 @@ def _static_key(req: FinetuneRequest) -> FinetuneRequest:
     return dataclasses.replace(req, batch_size=1, sequence_length=1)
 
 
+_STATIC_FIELDS: tuple[str, ...] = tuple(
+    f.name for f in dataclasses.fields(FinetuneRequest)
+    if f.name not in ("batch_size", "sequence_length")
+)
+_PREPARED: dict[tuple[object, ...], _Static] = {}
+_PREPARED_MAX = 2048
+
+
 def _prepare(req: FinetuneRequest) -> _Static:
-    key = _static_key(req)
-    try:
-        return _static(key)
-    except InvalidRequest:
-        raise
-    except TypeError:  # unhashable field (a list of target modules): normalize
-        return _static(_normalized(key))
+    """The validated, cached static part of ``req`` (a dict lookup on its static fields);
+    batch and sequence are checked on every call."""
+    _positive(req.batch_size, "batch_size")
+    _positive(req.sequence_length, "sequence_length")
+    if not isinstance(req.lora.target_modules, str):
+        req = _normalized(req)
+    key = tuple(getattr(req, n) for n in _STATIC_FIELDS)
+    hit = _PREPARED.get(key)
+    if hit is None:
+        _validate(req)
+        hit = _static(_static_key(req))
+        if len(_PREPARED) >= _PREPARED_MAX:
+            _PREPARED.clear()
+        _PREPARED[key] = hit
+    return hit
 
 
 def _normalized(req: FinetuneRequest) -> FinetuneRequest:
@@ -628,9 +707,6 @@ def _normalized(req: FinetuneRequest) -> FinetuneRequest:
 
 def estimate_finetune(req: FinetuneRequest) -> Estimate:
     """Peak GPU memory of one training step of ``req``: per GPU (most loaded) and in total."""
-    if not isinstance(req.lora.target_modules, str):
-        req = _normalized(req)
-    _validate(req)
     st = _prepare(req)
     phase, alloc, parts = _evaluate(st, req.batch_size, req.sequence_length)
     per_gpu = {k: int(parts[k]) for k in BREAKDOWN_KEYS}
@@ -661,22 +737,17 @@ def fit_finetune(req: FinetuneRequest, gpu_memory_bytes: int, gpu_label: str) ->
     fewest GPUs at the requested ZeRO stage, largest micro-batch, longest sequence."""
     if not isinstance(req.lora.target_modules, str):
         req = _normalized(req)
-    _validate(req)
     st = _prepare(req)
     b, s = req.batch_size, req.sequence_length
     usable = int(gpu_memory_bytes)
     required = _per_gpu_bytes(st, b, s)
     fits = required <= usable
 
-    def batch_ok(n: int) -> bool:
-        return _per_gpu_bytes(st, n, s) <= usable
-
-    def seq_ok(n: int) -> bool:
-        return _per_gpu_bytes(st, b, n) <= usable
-
-    max_batch = largest_true(batch_ok, 1, MAX_BATCH_SEARCH)
-    max_seq = largest_true(seq_ok, 1, MAX_SEQUENCE_SEARCH)
-    min_gpus = _min_gpu_count(req, usable)
+    # Memory is a maximum of phase lines in b·s and b·s² (see `_phase_lines`): the largest
+    # batch and sequence are solved per line, then checked exactly.
+    max_batch = _solve_max(st, usable, None, s, MAX_BATCH_SEARCH)
+    max_seq = _solve_max(st, usable, b, None, MAX_SEQUENCE_SEARCH)
+    min_gpus = _min_gpu_count_cached(req, b, s, usable)
     return Fit(
         gpu=gpu_label,
         gpu_count=req.gpu_count,
@@ -698,13 +769,24 @@ def fit_finetune(req: FinetuneRequest, gpu_memory_bytes: int, gpu_label: str) ->
 _MAX_DP = 4096
 
 
-def _min_gpu_count(req: FinetuneRequest, usable: int) -> int | None:
+_MIN_GPUS: dict[tuple[object, ...], int | None] = {}
+
+
+def _min_gpu_count_cached(req: FinetuneRequest, b: int, s: int, usable: int) -> int | None:
+    key = (*(getattr(req, n) for n in _STATIC_FIELDS if n != "gpu_count"), b, s, usable)
+    if key not in _MIN_GPUS:
+        if len(_MIN_GPUS) >= _PREPARED_MAX:
+            _MIN_GPUS.clear()
+        _MIN_GPUS[key] = _min_gpu_count(_static_key(req), b, s, usable)
+    return _MIN_GPUS[key]
+
+
+def _min_gpu_count(req: FinetuneRequest, b: int, s: int, usable: int) -> int | None:
     """Fewest GPUs (a multiple of TP × PP) at the requested ZeRO stage that fit."""
     mp = req.tensor_parallel_size * req.pipeline_parallel_size
-    b, s = req.batch_size, req.sequence_length
 
     def ok(dp: int) -> bool:
-        r = dataclasses.replace(req, gpu_count=dp * mp, batch_size=1, sequence_length=1)
+        r = dataclasses.replace(req, gpu_count=dp * mp)
         try:
             validate_plan(dp * mp, _plan(r))
         except InvalidRequest:
@@ -728,5 +810,3 @@ def _min_gpu_count(req: FinetuneRequest, usable: int) -> int | None:
             lo = mid
     return hi * mp
 
-
-_ = (ALL_LINEAR, _layer_of)

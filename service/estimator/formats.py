@@ -147,7 +147,9 @@ _FORMATS: tuple[WeightFormat, ...] = (
     WeightFormat("awq-int4", "awq", 4, 128, dense_dtype="fp16", description="AWQ 4-bit g128"),
     WeightFormat("nf4", "bnb4-dq", 4, 64, description="bitsandbytes NF4, block 64, double quant"),
     WeightFormat("fp4", "bnb4-dq", 4, 64, description="bitsandbytes FP4, block 64, double quant"),
-    WeightFormat("nf4-single", "bnb4", 4, 64, description="bitsandbytes NF4, block 64, fp32 absmax"),
+    WeightFormat(
+        "nf4-single", "bnb4", 4, 64, description="bitsandbytes NF4, block 64, fp32 absmax"
+    ),
     WeightFormat("mxfp4", "mx", 4, 32, experts_only=True, description="MXFP4, e8m0 scale per 32"),
     WeightFormat("gguf-q8_0", "gguf", 8, 32, "fp32", True, block_bytes=34),
     WeightFormat("gguf-q4_0", "gguf", 4, 32, "fp32", True, block_bytes=18),

@@ -44,7 +44,12 @@ from service.estimator.overhead import (
 )
 from service.estimator.result import Capacity, Estimate, Fit
 from service.estimator.search import largest_true, smallest_true
-from service.estimator.weights import WeightLayout, pp_layer_partition, resolve_format, weight_layout
+from service.estimator.weights import (
+    WeightLayout,
+    pp_layer_partition,
+    resolve_format,
+    weight_layout,
+)
 
 __all__ = [
     "MAX_TOKENS",
@@ -102,6 +107,7 @@ class _Plan:
     stages: tuple[_Stage, ...]
     coeffs: ForwardCoefficients
     overhead: OverheadTerms  # charged to the budget
+    overhead_total: int
     outside_budget: OverheadTerms  # vLLM/SGLang: context and graphs in the margin
     gpu_memory_bytes: int | None
     max_model_len: int | None
@@ -119,6 +125,7 @@ def _positive_int(value: object, name: str, high: int = MAX_TOKENS) -> int:
     return value
 
 
+@lru_cache(maxsize=1024)
 def valid_tensor_parallel_sizes(arch: Architecture) -> tuple[int, ...]:
     """TP sizes that divide the attention heads and fit the KV heads (divide or multiple)."""
     heads, kv = arch.num_attention_heads, arch.num_kv_heads
@@ -133,7 +140,7 @@ def valid_tensor_parallel_sizes(arch: Architecture) -> tuple[int, ...]:
 
 
 def _validate(req: InferenceRequest) -> None:
-    arch = req.architecture
+    """Scalar checks of the workload (the layout is checked once per plan)."""
     b = _positive_int(req.batch_size, "batch_size")
     s = _positive_int(req.sequence_length, "sequence_length")
     c = _positive_int(req.concurrency, "concurrency")
@@ -148,8 +155,13 @@ def _validate(req: InferenceRequest) -> None:
             f"batch_size × concurrency × sequence_length = {b * c * s} exceeds {MAX_TOKENS} tokens",
             field="sequence_length",
         )
-    tp = _positive_int(req.tensor_parallel_size, "tensor_parallel_size", MAX_GPU_COUNT)
-    pp = _positive_int(req.pipeline_parallel_size, "pipeline_parallel_size", MAX_GPU_COUNT)
+    if req.gpu_memory_bytes is not None:
+        _positive_int(req.gpu_memory_bytes, "gpu_memory_bytes", 1 << 50)
+
+
+def _validate_layout(arch: Architecture, tp: int, pp: int, attention: str) -> None:
+    _positive_int(tp, "tensor_parallel_size", MAX_GPU_COUNT)
+    _positive_int(pp, "pipeline_parallel_size", MAX_GPU_COUNT)
     valid = valid_tensor_parallel_sizes(arch)
     if tp not in valid:
         raise InvalidRequest(
@@ -163,12 +175,8 @@ def _validate(req: InferenceRequest) -> None:
             f"1 to {arch.num_layers}",
             field="pipeline_parallel_size",
         )
-    if req.attention not in ATTENTION:
-        raise InvalidRequest(
-            f"attention must be one of {', '.join(ATTENTION)}", field="attention"
-        )
-    if req.gpu_memory_bytes is not None:
-        _positive_int(req.gpu_memory_bytes, "gpu_memory_bytes", 1 << 50)
+    if attention not in ATTENTION:
+        raise InvalidRequest(f"attention must be one of {', '.join(ATTENTION)}", field="attention")
 
 
 # ------------------------------------------------------------------------------------------
@@ -196,6 +204,22 @@ def _rope_cache_bytes(arch: Architecture, dtype_bytes: float, per_layer: bool) -
     return int(count * positions * rope_dim * dtype_bytes)
 
 
+# exllama v2 (AutoGPTQ / optimum) sizes its per-device scratch for this many input tokens.
+EXLLAMA_MAX_INPUT_LENGTH = 2048
+
+
+def _exllama_scratch_bytes(arch: Architecture, tp: int) -> int:
+    """exllama v2's per-GPU scratch: the largest quantized layer dequantized to fp16
+    (in × out × 2) plus its fp32 output for 2048 input tokens (out × 2048 × 4)."""
+    best = 0
+    for m in arch.linear_modules():
+        if m.component in ("lm_head", "router"):
+            continue
+        fan_in, fan_out = m.in_features, m.out_features
+        best = max(best, fan_in * fan_out // tp * 2 + fan_out * EXLLAMA_MAX_INPUT_LENGTH * 4)
+    return best + 256
+
+
 @lru_cache(maxsize=2048)
 def _plan(
     arch: Architecture,
@@ -216,19 +240,24 @@ def _plan(
     latent = engine in ("vllm", "sglang")
     kv_layouts = stage_kv_layouts(arch, kvb, tp, pp, latent)
     max_model_len = settings.max_model_len
-    if max_model_len is not None and arch.max_position_embeddings is not None:
-        if max_model_len > arch.max_position_embeddings:
-            raise InvalidRequest(
-                f"max_model_len {max_model_len} exceeds the model's max_position_embeddings "
-                f"{arch.max_position_embeddings}",
-                field="engine_options.max_model_len",
-            )
+    limit = arch.max_position_embeddings
+    if max_model_len is not None and limit is not None and max_model_len > limit:
+        raise InvalidRequest(
+            f"max_model_len {max_model_len} exceeds the model's max_position_embeddings "
+            f"{arch.max_position_embeddings}",
+            field="engine_options.max_model_len",
+        )
 
     # Weights per stage, with the buffers each engine keeps next to them.
     if engine == "vllm":
         rope = _rope_cache_bytes(arch, d, per_layer=False)
         layout: WeightLayout = weight_layout(
-            arch, weight_format, tp, pp, vocab_padding=64, tied_copy_on_last_stage=True,
+            arch,
+            weight_format,
+            tp,
+            pp,
+            vocab_padding=64,
+            tied_copy_on_last_stage=True,
             extra_per_gpu=rope,
         )
         if rope:
@@ -270,10 +299,16 @@ def _plan(
         outside = OverheadTerms()
     assumptions.extend(overhead.lines())
 
+    workspace = 0
+    if engine == "transformers" and fmt.kind == "gptq" and fmt.bits == 4:
+        workspace = _exllama_scratch_bytes(arch, tp)
+        assumptions.append(
+            f"GPTQ 4-bit exllama v2 scratch buffer {workspace / GIB:.3f} GiB per GPU"
+        )
     stages: list[_Stage] = []
     for i, kv in enumerate(kv_layouts):
         last = i == pp - 1
-        fixed = 0
+        fixed = workspace
         groups = None
         if engine == "vllm":
             t = settings.max_num_batched_tokens
@@ -306,6 +341,7 @@ def _plan(
         stages=tuple(stages),
         coeffs=coeffs,
         overhead=overhead,
+        overhead_total=overhead.total,
         outside_budget=outside,
         gpu_memory_bytes=gpu_memory_bytes,
         max_model_len=max_model_len,
@@ -313,18 +349,40 @@ def _plan(
     )
 
 
+@lru_cache(maxsize=4096)
+def _plan_cached(
+    arch: Architecture,
+    weight_format: str | None,
+    kv_cache_dtype: str,
+    engine: str,
+    options: tuple[tuple[str, float | int | bool | None], ...],
+    tp: int,
+    pp: int,
+    attention: str,
+    gpu_memory_bytes: int | None,
+) -> _Plan:
+    _validate_layout(arch, tp, pp, attention)
+    settings = resolve_engine(engine, dict(options), gpu_memory_bytes)
+    return _plan(arch, weight_format, kv_cache_dtype, settings, tp, pp, attention, gpu_memory_bytes)
+
+
 def _plan_for(req: InferenceRequest, tp: int | None = None, pp: int | None = None) -> _Plan:
-    settings = resolve_engine(req.engine, req.engine_options, req.gpu_memory_bytes)
-    return _plan(
-        req.architecture,
-        req.weight_format,
-        req.kv_cache_dtype,
-        settings,
-        tp or req.tensor_parallel_size,
-        pp or req.pipeline_parallel_size,
-        req.attention,
-        req.gpu_memory_bytes,
-    )
+    try:
+        options = tuple(sorted(req.engine_options.items()))
+        return _plan_cached(
+            req.architecture,
+            req.weight_format,
+            req.kv_cache_dtype,
+            req.engine,
+            options,
+            tp or req.tensor_parallel_size,
+            pp or req.pipeline_parallel_size,
+            req.attention,
+            req.gpu_memory_bytes,
+        )
+    except TypeError:  # an unhashable option value: let the engine validation name it
+        resolve_engine(req.engine, req.engine_options, req.gpu_memory_bytes)
+        raise
 
 
 # ------------------------------------------------------------------------------------------
@@ -332,36 +390,51 @@ def _plan_for(req: InferenceRequest, tp: int | None = None, pp: int | None = Non
 # ------------------------------------------------------------------------------------------
 
 
+def _stage_unit(plan: _Plan, st: _Stage, seq_len: int, prompt: int) -> tuple[int, int]:
+    """(KV bytes, activation bytes) one sequence adds on one GPU of stage `st`.
+
+    Every workload-dependent term is proportional to the number of sequences, so a GPU holds
+    `weights + overhead + fixed_activation + seqs × (kv + act)`: the searches solve for the
+    batch directly.
+    """
+    engine = plan.settings.engine
+    if engine == "vllm":
+        assert st.groups is not None
+        return st.groups.request_bytes(seq_len, plan.settings.max_num_batched_tokens), 0
+    if engine == "sglang":
+        return seq_len * st.kv.full_token_bytes, 0
+    c = plan.coeffs
+    kv_pre = st.kv.prefill_bytes(prompt)
+    kv_dec = st.kv.decode_bytes(seq_len)
+    fwd = prefill_transient(c, 1, prompt)
+    if st.is_last:
+        if plan.settings.logits_all_positions:
+            per_row = c.logit_row if plan.settings.logits_fp32_upcast else c.vocab * c.dtype_bytes
+            logits = prompt * per_row
+        else:
+            logits = c.logit_row
+        dec_extra = c.logit_row + c.vocab * GENERATE_SAMPLING_BYTES
+    elif st is plan.stages[0] and engine == "transformers":
+        # accelerate's device_map hooks move the model's outputs back to the input device:
+        # the first GPU receives an fp32 copy of the prefill logits.
+        rows = prompt if plan.settings.logits_all_positions else 1
+        logits = rows * c.vocab * 4
+        dec_extra = 0
+    else:
+        logits = 0
+        dec_extra = 0
+    cat = kv_dec // (2 * (st.kv.layers or 1))  # DynamicCache's torch.cat: one layer's K twice
+    peak_pre = kv_pre + max(fwd, logits)
+    peak_dec = kv_dec + cat + dec_extra + c.per_token if seq_len > prompt else 0
+    return kv_dec, int(max(peak_pre, peak_dec) - kv_dec)
+
+
 def _stage_components(
     plan: _Plan, st: _Stage, seqs: int, seq_len: int, prompt: int
 ) -> tuple[int, int, int, int]:
     """(weights, kv_cache, activations, overhead) of one GPU of stage `st`."""
-    engine = plan.settings.engine
-    oh = plan.overhead.total
-    if engine == "vllm":
-        assert st.groups is not None
-        kv = seqs * st.groups.request_bytes(seq_len, plan.settings.max_num_batched_tokens)
-        return st.weights, kv, st.fixed_activation, oh
-    if engine == "sglang":
-        kv = seqs * seq_len * st.kv.full_token_bytes
-        return st.weights, kv, 0, oh
-    c = plan.coeffs
-    kv_pre = seqs * st.kv.prefill_bytes(prompt)
-    kv_dec = seqs * st.kv.decode_bytes(seq_len)
-    fwd = prefill_transient(c, seqs, prompt)
-    if st.is_last:
-        rows = seqs * prompt if plan.settings.logits_all_positions else seqs
-        logits = rows * c.logit_row
-        dec_extra = seqs * (c.logit_row + c.vocab * GENERATE_SAMPLING_BYTES)
-    else:
-        logits = 0
-        dec_extra = 0
-    layers = st.kv.layers or 1
-    cat = kv_dec // (2 * layers)  # DynamicCache's torch.cat: one layer's K twice for a moment
-    peak_pre = kv_pre + max(fwd, logits)
-    peak_dec = kv_dec + cat + dec_extra + seqs * c.per_token if seq_len > prompt else 0
-    peak = max(peak_pre, peak_dec)
-    return st.weights, kv_dec, int(peak - kv_dec), oh
+    kv, act = _stage_unit(plan, st, seq_len, prompt)
+    return st.weights, seqs * kv, st.fixed_activation + seqs * act, plan.overhead_total
 
 
 def _per_gpu(plan: _Plan, seqs: int, seq_len: int, prompt: int) -> tuple[int, int, int, int]:
@@ -381,6 +454,20 @@ def _required(plan: _Plan, seqs: int, seq_len: int, prompt: int) -> int:
     return sum(_per_gpu(plan, seqs, seq_len, prompt))
 
 
+def _max_sequences(plan: _Plan, usable: int, seq_len: int, prompt: int) -> int:
+    """The most sequences of this length that fit every GPU (0 if not even one), solved."""
+    best = MAX_TOKENS
+    for st in plan.stages:
+        kv, act = _stage_unit(plan, st, seq_len, prompt)
+        room = usable - st.weights - st.fixed_activation - plan.overhead_total
+        per = kv + act
+        if room < per:
+            return 0
+        if per:
+            best = min(best, room // per)
+    return best
+
+
 def _usable(plan: _Plan, gpu_memory_bytes: int) -> int:
     return int(gpu_memory_bytes * plan.settings.budget_fraction)
 
@@ -398,7 +485,7 @@ def _capacity(plan: _Plan, gpu_memory_bytes: int, seq_len: int) -> tuple[Capacit
     if s.engine == "vllm":
         pools = []
         for st in plan.stages:
-            pools.append(budget - st.weights - st.fixed_activation - plan.overhead.total)
+            pools.append(budget - st.weights - st.fixed_activation - plan.overhead_total)
         # Every worker gets the block count of the smallest pool (vLLM unifies num_blocks).
         idx = min(range(len(pools)), key=lambda i: pools[i])
         st = plan.stages[idx]
@@ -411,7 +498,7 @@ def _capacity(plan: _Plan, gpu_memory_bytes: int, seq_len: int) -> tuple[Capacit
         subtracted = {
             "weights": st.weights,
             "activations": st.fixed_activation,
-            "non_torch": plan.overhead.total,
+            "non_torch": plan.overhead_total,
         }
         cap = Capacity(
             kv_cache_bytes_per_token=st.groups.token_bytes,
@@ -435,7 +522,7 @@ def _capacity(plan: _Plan, gpu_memory_bytes: int, seq_len: int) -> tuple[Capacit
         return cap, notes
     # SGLang: token-granular pool of the static fraction less weights and overheads.
     st = max(plan.stages, key=lambda x: x.weights + x.kv.full_token_bytes)
-    pool = max(0, budget - st.weights - plan.overhead.total)
+    pool = max(0, budget - st.weights - plan.overhead_total)
     per_token = st.kv.full_token_bytes
     tokens = pool // per_token if per_token else 0
     cap = Capacity(
@@ -445,7 +532,7 @@ def _capacity(plan: _Plan, gpu_memory_bytes: int, seq_len: int) -> tuple[Capacit
         max_concurrency=round(tokens / conc_len, 2),
         sequence_length=conc_len,
         budget_bytes=budget,
-        subtracted=MappingProxyType({"weights": st.weights, "overhead": plan.overhead.total}),
+        subtracted=MappingProxyType({"weights": st.weights, "overhead": plan.overhead_total}),
     )
     return cap, notes
 
@@ -464,8 +551,7 @@ def _workload(req: InferenceRequest) -> tuple[int, int, int]:
 def _check_len(plan: _Plan, seq_len: int) -> None:
     if plan.max_model_len is not None and seq_len > plan.max_model_len:
         raise InvalidRequest(
-            f"sequence_length {seq_len} exceeds engine_options.max_model_len "
-            f"{plan.max_model_len}",
+            f"sequence_length {seq_len} exceeds engine_options.max_model_len {plan.max_model_len}",
             field="sequence_length",
         )
 
@@ -519,6 +605,7 @@ def _fits(plan: _Plan, usable: int, seqs: int, seq_len: int, prompt: int) -> boo
     return _required(plan, seqs, seq_len, prompt) <= usable
 
 
+@lru_cache(maxsize=4096)
 def _splits(arch: Architecture, count: int) -> list[tuple[int, int]]:
     """Valid (tp, pp) with tp × pp = count, larger TP first."""
     out = []
@@ -528,6 +615,7 @@ def _splits(arch: Architecture, count: int) -> list[tuple[int, int]]:
     return out
 
 
+@lru_cache(maxsize=1024)
 def _candidate_counts(arch: Architecture) -> list[int]:
     tps = valid_tensor_parallel_sizes(arch)
     counts = {tp * pp for tp in tps for pp in range(1, min(arch.num_layers, 64) + 1)}
@@ -576,10 +664,8 @@ def fit_inference(req: InferenceRequest, gpu_label: str, gpu_count: int | None) 
     fits = required <= usable
     frac = plan.settings.budget_fraction
     if frac < 1.0:
-        notes.append(
-            f"usable = driver total {mem / GIB:.2f} GiB × {frac:g} "
-            f"({'gpu_memory_utilization' if plan.settings.engine == 'vllm' else 'mem_fraction_static'})"
-        )
+        knob = "gpu_memory_utilization" if plan.settings.engine == "vllm" else "mem_fraction_static"
+        notes.append(f"usable = driver total {mem / GIB:.2f} GiB × {frac:g} ({knob})")
         margin = mem - usable
         if plan.outside_budget.total > margin:
             fits = False
@@ -594,9 +680,12 @@ def fit_inference(req: InferenceRequest, gpu_label: str, gpu_count: int | None) 
         assert g is not None
         conc_len = plan.max_model_len or seq_len
         need_one = g.request_bytes(conc_len, plan.settings.max_num_batched_tokens)
-        if required - _stage_components(plan, plan.stages[-1], seqs, seq_len, prompt)[1] + (
-            need_one
-        ) > usable:
+        if (
+            required
+            - _stage_components(plan, plan.stages[-1], seqs, seq_len, prompt)[1]
+            + (need_one)
+            > usable
+        ):
             fits = False
 
     def fits_at(b: int, s: int) -> bool:
@@ -604,10 +693,15 @@ def fit_inference(req: InferenceRequest, gpu_label: str, gpu_count: int | None) 
         return _fits(plan, usable, b * req.concurrency, s, p)
 
     max_b_hi = max(1, MAX_TOKENS // (seq_len * req.concurrency))
-    max_batch = largest_true(lambda b: fits_at(b, seq_len), 1, max_b_hi)
+    seqs_max = _max_sequences(plan, usable, seq_len, prompt)
+    max_batch: int | None = min(max_b_hi, seqs_max // req.concurrency)
+    if not max_batch or plan.outside_budget.total > mem - usable:
+        max_batch = None
     limit = plan.max_model_len or arch.max_position_embeddings or MAX_TOKENS
     s_hi = max(1, min(limit, MAX_TOKENS // (req.batch_size * req.concurrency)))
     max_seq = largest_true(lambda s: fits_at(req.batch_size, s), 1, s_hi)
+    if max_batch is None:
+        max_seq = None
 
     def fits_count(n: int) -> bool:
         for t, p in _splits(arch, n):
@@ -656,7 +750,7 @@ def stage_figures(req: InferenceRequest) -> tuple[StageFigures, ...]:
                 _usable(plan, req.gpu_memory_bytes)
                 - st.weights
                 - st.fixed_activation
-                - plan.overhead.total
+                - plan.overhead_total
             )
-        out.append(StageFigures(st.weights, st.fixed_activation, plan.overhead.total, pool))
+        out.append(StageFigures(st.weights, st.fixed_activation, plan.overhead_total, pool))
     return tuple(out)

@@ -10,11 +10,13 @@ What the forward pass of a decoder holds at its peak, per token and per GPU, fro
   (``k·3·I_e``) and the shared expert (``3·I_s``); vLLM's fused_moe shares one buffer between
   the gate_up output and the down output (``k·(max(2·I_e, h) + I_e)``).
 - Attention with flash/SDPA kernels: q, k, v and the output (``2·q + 2·kv`` elements); eager
-  attention also materializes the score matrix, ``heads × s × s`` in the model dtype plus the
-  fp32 softmax (``(d + 4)`` bytes per score).
+  attention also materializes the score matrix, ``heads × s × s``: the raw, scaled and masked
+  scores in the model dtype (each alive while the next is built) and the fp32 softmax,
+  ``(3·d + 4)`` bytes per score.
 - Logits: the lm_head output in the model dtype and the fp32 copy generation/sampling makes of
   it (``V·(d + 4)`` bytes per row). ``generate`` in transformers >= 4.45 computes the prefill
-  logits of the last position only; older versions, and a plain forward, every position.
+  logits of the last position only; older versions, and a plain forward, every position (kept
+  in the model dtype by transformers 5, upcast to fp32 inside the forward before 4.45).
 - vLLM's profiling run (gpu_model_runner.profile_run) runs the forward on
   ``max_num_batched_tokens`` tokens, then the sampler on ``min(max_num_seqs, tokens)`` rows of
   logits: model-dtype logits, the fp32 copy and the top-k/top-p work space (sorted values and
@@ -101,7 +103,7 @@ def forward_coefficients(
     h = arch.hidden_size
     width = max(_mlp_width(arch, tp, fused_moe), _attention_width(arch, tp))
     per_token = dtype_bytes * (HIDDEN_TENSORS * h + width)
-    score = (dtype_bytes + 4) * arch.num_attention_heads / tp if eager else 0.0
+    score = (3 * dtype_bytes + 4) * arch.num_attention_heads / tp if eager else 0.0
     return ForwardCoefficients(
         per_token=per_token,
         score_per_token_sq=score,

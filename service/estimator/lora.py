@@ -112,7 +112,8 @@ def validate_lora(arch: Architecture, spec: LoraSpec) -> None:
         raise InvalidRequest("lora.rank must be an integer", field="lora.rank")
     if not 1 <= spec.rank <= arch.hidden_size:
         raise InvalidRequest(
-            f"lora.rank must be between 1 and the hidden size ({arch.hidden_size}); got {spec.rank}",
+            f"lora.rank must be between 1 and the hidden size ({arch.hidden_size}); "
+            f"got {spec.rank}",
             field="lora.rank",
         )
     lora_targets(arch, spec.target_modules)

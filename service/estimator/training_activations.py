@@ -228,17 +228,15 @@ def _layer_terms(setup: ActivationSetup, i: int, grad_flows: bool) -> _LayerTerm
         work_width = k * ie
         if moe.shared_expert_intermediate_size:
             si = moe.shared_expert_intermediate_size
-            shared = pick("shared_expert.gate_proj", "shared_experts.gate_proj",
-                          "shared_expert.up_proj", "shared_experts.up_proj")
             inner += 3 * si * c + (si * c if layer_trains else 0)
-            inner += _consumer_input(setup, si, pick("shared_expert.down_proj",
-                                                      "shared_experts.down_proj"),
-                                     False) + shared.__len__() * 0
+            inner += _consumer_input(
+                setup, si, pick("shared_expert.down_proj", "shared_experts.down_proj"), False
+            )
             work_width += si
     else:
         width = arch.intermediate_size
         up = pick("gate_proj", "up_proj", "gate_up_proj", "fc1", "c_fc", "w1", "w2")
-        outer += _consumer_input(setup, h, up, layer_trains) - 0.0
+        outer += _consumer_input(setup, h, up, layer_trains)
         inner += (3 if arch.gated_mlp else 1) * width * c
         inner += _consumer_input(setup, width, pick("down_proj", "fc2", "c_proj"), layer_trains)
         work_width = width

@@ -226,7 +226,9 @@ def weight_layout(
     """
     tp, pp = tensor_parallel_size, pipeline_parallel_size
     fmt, from_config = resolve_format(arch, weight_format)
-    dense_dtype = fmt.name if not fmt.quantized else (fmt.dense_dtype or normalize_dtype(arch.dtype))
+    dense_dtype = (
+        fmt.name if not fmt.quantized else (fmt.dense_dtype or normalize_dtype(arch.dtype))
+    )
     dense = bytes_per_element(dense_dtype)
     L = arch.num_layers
     per_layer = [0] * L  # bytes on one TP rank

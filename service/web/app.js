@@ -117,7 +117,7 @@ function fillModels(models) {
   for (const m of models) {
     const type = m.model_type || "other";
     if (!groups.has(type)) groups.set(type, el("optgroup", { label: type }));
-    const label = `${m.id} (${fmtCount(m.parameter_count)} parameters, ${m.dtype})`;
+    const label = `${m.id} · ${fmtCount(m.parameter_count)} · ${m.dtype}`;
     groups.get(type).append(el("option", { value: m.id, text: label }));
   }
   for (const type of [...groups.keys()].sort()) select.append(groups.get(type));
@@ -280,6 +280,7 @@ function fitSentence(fit) {
 function renderFit(estimate) {
   const box = $("#fit");
   box.replaceChildren();
+  box.className = "fit";
   const fit = estimate.fit;
   if (!fit) {
     box.append(el("p", { text: "No GPU chosen: pick one to see the fit and headroom." }));
@@ -291,7 +292,8 @@ function renderFit(estimate) {
   const limits = [];
   if (fit.max_batch_size) limits.push(`largest batch that fits: ${fit.max_batch_size.toLocaleString("en-US")}`);
   if (fit.max_sequence_length) limits.push(`longest sequence that fits: ${fit.max_sequence_length.toLocaleString("en-US")} tokens`);
-  if (limits.length) box.append(el("p", { text: limits.join("; ") + "." }));
+  const text = limits.join("; ");
+  if (text) box.append(el("p", { text: text[0].toUpperCase() + text.slice(1) + "." }));
   const cap = estimate.capacity;
   if (cap) {
     box.append(el("p", { text: `Engine KV-cache pool: ${fmtGB(cap.kv_cache_pool_bytes)}, ` +
@@ -318,8 +320,8 @@ function renderTable(results) {
       const fit = est.fit;
       tr.append(el("td", { class: fit ? (fit.fits ? "fits" : "no-fit") : "" },
         !fit ? "—" : fit.fits ? `✓ fits, ${fmtGB(fit.headroom_bytes)} free`
-          : `✗ short by ${fmtGB(-fit.headroom_bytes)}` +
-            (fit.min_gpu_count ? `; needs ${fit.min_gpu_count} GPUs` : "")));
+          : `✗ short ${fmtGB(-fit.headroom_bytes)}` +
+            (fit.min_gpu_count ? `, fits on ${fit.min_gpu_count} GPUs` : "")));
     }
     body.append(tr);
   });
@@ -346,6 +348,10 @@ function renderChart(bars, usable) {
       `${+(t / GB).toFixed(2)}`));
   }
   chart.append(svg("text", { x: width - right, y: axisY + 16, class: "tick", "text-anchor": "end" }, "GB"));
+  if (usable) {
+    const x = left + scale(usable);
+    chart.append(svg("line", { x1: x, x2: x, y1: 0, y2: axisY, class: "usable", "data-bytes": usable }));
+  }
   const extras = [];
   bars.forEach((bar, i) => {
     const y = i * (labelH + barH + gap);
@@ -365,12 +371,6 @@ function renderChart(bars, usable) {
     }
     chart.append(group);
   });
-  if (usable) {
-    const x = left + scale(usable);
-    chart.append(svg("line", { x1: x, x2: x, y1: 0, y2: axisY, class: "usable" }));
-    chart.append(svg("text", { x: x - 4, y: axisY - 4, class: "usable-label", "text-anchor": "end" },
-      `usable per GPU ${fmtGB(usable)}`));
-  }
   box.replaceChildren(chart);
   const legend = $("#legend");
   legend.replaceChildren();
@@ -380,7 +380,8 @@ function renderChart(bars, usable) {
     swatch.style.background = componentColour(key, extras);
     legend.append(el("li", {}, swatch, componentName(key)));
   }
-  if (usable) legend.append(el("li", {}, el("span", { class: "swatch usable-swatch", "aria-hidden": "true" }), "Usable memory of one GPU"));
+  if (usable) legend.append(el("li", {}, el("span", { class: "swatch usable-swatch", "aria-hidden": "true" }),
+    `Usable memory of one GPU: ${fmtGB(usable)} (${fmtGiB(usable)})`));
 }
 
 function render(items, answer) {

@@ -103,7 +103,11 @@ def test_checkpointing_saves_memory():
 
 
 @settings(max_examples=40, deadline=None)
-@given(b=st.integers(1, 8), s=st.integers(1, 16384), method=st.sampled_from(METHODS[:1] + METHODS[2:]))
+@given(
+    b=st.integers(1, 8),
+    s=st.integers(1, 16384),
+    method=st.sampled_from(("full", "lora", "qlora")),
+)
 def test_more_tokens_never_needs_less(b, s, method):
     r1 = FinetuneRequest(ARCH, method=method, batch_size=b, sequence_length=s)
     r2 = FinetuneRequest(ARCH, method=method, batch_size=b, sequence_length=s + 512)

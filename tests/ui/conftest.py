@@ -53,10 +53,20 @@ def live_server() -> Iterator[str]:
     """`uvicorn service.app:create_app --factory` on a free port; yields its base URL."""
     port = _free_port()
     env = {**os.environ, "LLMMEM_ACCESS_LOG": "false", "LLMMEM_LOG_LEVEL": "warning"}
-    command = [sys.executable, "-m", "uvicorn", "service.app:create_app", "--factory",
-               "--host", "127.0.0.1", "--port", str(port)]
-    process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE)
+    command = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "service.app:create_app",
+        "--factory",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
+    process = subprocess.Popen(
+        command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30
@@ -100,6 +110,8 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
         options.add_argument(flag)
     options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
     options.add_argument("--window-size=1280,900")
+    # DevTools network events, so a test can prove that no request left the origin.
+    options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
     driver = webdriver.Chrome(options=options, service=Service(executable_path=str(CHROMEDRIVER)))
     driver.set_page_load_timeout(30)
     try:

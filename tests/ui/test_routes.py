@@ -24,8 +24,11 @@ def test_page_is_served_with_its_assets(client: TestClient) -> None:
     assert "default-src 'self'" in page.headers["content-security-policy"]
     # Everything the page loads is its own: no scheme-qualified src or href but documentation.
     assert not re.search(r"""(src|href)=["']https?://""", page.text)
-    for asset, media in (("/static/app.js", "text/javascript"), ("/static/style.css", "text/css"),
-                         ("/static/favicon.svg", "image/svg+xml")):
+    for asset, media in (
+        ("/static/app.js", "text/javascript"),
+        ("/static/style.css", "text/css"),
+        ("/static/favicon.svg", "image/svg+xml"),
+    ):
         response = client.get(asset)
         assert response.status_code == 200, asset
         assert response.headers["content-type"].startswith(media), asset
@@ -34,8 +37,13 @@ def test_page_is_served_with_its_assets(client: TestClient) -> None:
 
 @pytest.mark.parametrize(
     "path",
-    ["/static/../settings.py", "/static/%2e%2e/%2e%2e/app.py", "/static/missing.js",
-     "/static/vendor", "/static/index.py"],
+    [
+        "/static/../settings.py",
+        "/static/%2e%2e/%2e%2e/app.py",
+        "/static/missing.js",
+        "/static/vendor",
+        "/static/index.py",
+    ],
 )
 def test_static_serves_only_web_files(client: TestClient, path: str) -> None:
     response = client.get(path)

@@ -43,30 +43,44 @@ MAX_PARAMETERS = 100 * 10**12
 PositiveCount = Annotated[float | int, Field(ge=MIN_PARAMETERS, le=MAX_PARAMETERS)]
 
 
+# JSON Schema for "exactly one of the three names the model".
+EXACTLY_ONE_MODEL = {
+    "oneOf": [
+        {"required": ["model"]},
+        {"required": ["hf_config"]},
+        {"required": ["parameter_count"]},
+    ],
+    "dependentRequired": {"active_parameter_count": ["parameter_count"]},
+}
+
+
 class ModelSelector(RequestModel):
     """Exactly one of `model`, `hf_config` or `parameter_count` names the model."""
 
-    model: str | None = Field(
-        None,
+    model_config = {**RequestModel.model_config, "json_schema_extra": EXACTLY_ONE_MODEL}
+
+    # Optional but never null: "exactly one of" is then expressible in JSON Schema (oneOf).
+    model: str = Field(
+        None,  # type: ignore[assignment]
         min_length=1,
         max_length=200,
         description="A catalog model id (Hugging Face repo id), matched case-insensitively.",
         examples=["meta-llama/Llama-3.1-8B-Instruct"],
     )
-    hf_config: dict[str, Any] | None = Field(
-        None,
+    hf_config: dict[str, Any] = Field(
+        None,  # type: ignore[assignment]
         description="A Hugging Face `config.json`, posted as is (a `text_config` inside is read "
         "for the language model).",
     )
-    parameter_count: int | float | None = Field(
-        None,
+    parameter_count: int | float = Field(
+        None,  # type: ignore[assignment]
         ge=MIN_PARAMETERS,
         le=MAX_PARAMETERS,
         description="A bare parameter count (e.g. 7e9). Only the simple rules can work from it.",
         examples=[7e9],
     )
-    active_parameter_count: int | float | None = Field(
-        None,
+    active_parameter_count: int | float = Field(
+        None,  # type: ignore[assignment]
         ge=MIN_PARAMETERS,
         le=MAX_PARAMETERS,
         description="Parameters active per token (MoE), with `parameter_count`.",
@@ -78,7 +92,7 @@ class ModelSelector(RequestModel):
 
     @field_validator("hf_config")
     @classmethod
-    def _bounded_config(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+    def _bounded_config(cls, value: dict[str, Any]) -> dict[str, Any]:
         if value is not None:
             depth, size = json_depth_and_size(value)
             if depth > MAX_CONFIG_DEPTH or size > MAX_CONFIG_KEYS:
@@ -142,6 +156,7 @@ class InferenceRequestBody(ModelSelector):
     model_config = {
         **ModelSelector.model_config,
         "json_schema_extra": {
+            **EXACTLY_ONE_MODEL,
             "examples": [
                 {
                     "model": "meta-llama/Llama-3.1-8B-Instruct",
@@ -218,6 +233,7 @@ class FinetuneRequestBody(ModelSelector):
     model_config = {
         **ModelSelector.model_config,
         "json_schema_extra": {
+            **EXACTLY_ONE_MODEL,
             "examples": [
                 {
                     "model": "meta-llama/Llama-3.1-8B-Instruct",

@@ -1,0 +1,118 @@
+"""Accuracy bounds of the detailed inference estimator against measured data.
+
+The measured figures live in ../shared/validation (vLLM v0.19 start-up logs on H100, the Qwen
+transformers speed benchmarks) and the reference tracer's committed output; the comparisons are
+built by bench/validate/inference.py, the same code that writes docs/accuracy.md. Known gaps are
+listed by name with the reason and a bound of their own, so they cannot grow unnoticed.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import pytest
+
+SHARED = Path(__file__).parents[2].parent / "shared"
+
+if not (SHARED / "validation").is_dir():  # pragma: no cover - environment check
+    pytest.fail(
+        f"measured data missing: expected {SHARED / 'validation'} (the shared checkout beside "
+        "the repository)",
+        pytrace=False,
+    )
+
+from bench.validate import inference as v  # noqa: E402
+
+# Rows whose weights the catalog config cannot describe, with their own (looser) bound.
+WEIGHT_GAPS = {
+    # vLLM loads Gemma3ForConditionalGeneration: the SigLIP vision tower and projector
+    # (~0.8 GiB) are not in the catalog's text-only config.
+    "gemma3-12b": 0.06,
+    # ~0.12 GiB per GPU that vLLM keeps whole on every rank for DeepSeek-V2-Lite and that the
+    # model does not explain yet (docs/inference.md, "Open gaps").
+    "dsv2-lite-tp4": 0.02,
+}
+# transformers rows outside 12% with the reason (docs/inference.md).
+TRANSFORMERS_GAPS = {
+    # 19 GiB above the AWQ checkpoint's figure in the same setting; the placement of the
+    # 2-GPU device_map the benchmark used is not stated.
+    "Qwen2-72B-Instruct GPTQ-Int4 in=30720 gpus=2": 0.15,
+}
+
+
+@pytest.fixture(scope="module")
+def vllm_cases() -> list[v.Case]:
+    return v.vllm_cases()
+
+
+@pytest.fixture(scope="module")
+def transformers_cases() -> list[v.Case]:
+    return v.transformers_cases()
+
+
+def _pp1(case: v.Case) -> bool:
+    return "-pp" not in case.case
+
+
+def test_kv_bytes_per_token_full_and_mla_within_0_1_percent(vllm_cases: list[v.Case]) -> None:
+    # PP rows are left out: vLLM logs rank 0's pool but the token count of the smallest pool
+    # (the last stage's), so their ratio is not a per-token figure.
+    rows = [
+        c
+        for c in vllm_cases
+        if c.component == "kv_bytes_per_token" and c.note in ("full", "mla") and _pp1(c)
+    ]
+    assert len(rows) >= 20
+    bad = [(c.case, f"{c.error:+.4%}") for c in rows if abs(c.error) > 0.001]
+    assert not bad
+
+
+def test_kv_bytes_per_token_hybrid_within_1_percent(vllm_cases: list[v.Case]) -> None:
+    rows = [c for c in vllm_cases if c.component == "kv_bytes_per_token" and c.note == "hybrid"]
+    assert rows
+    assert all(abs(c.error) <= 0.01 for c in rows), [(c.case, c.error) for c in rows]
+
+
+def test_weights_per_gpu_within_1_percent(vllm_cases: list[v.Case]) -> None:
+    rows = [c for c in vllm_cases if c.component == "weights"]
+    assert len(rows) == 30
+    bad = []
+    for c in rows:
+        bound = WEIGHT_GAPS.get(c.case, 0.01)
+        if abs(c.error) > bound:
+            bad.append((c.case, f"{c.error:+.3%}"))
+    assert not bad
+
+
+@pytest.mark.parametrize("component", ["kv_pool", "max_concurrency"])
+def test_vllm_pool_and_concurrency(vllm_cases: list[v.Case], component: str) -> None:
+    errs = [abs(c.error) for c in vllm_cases if c.component == component]
+    assert len(errs) == 30
+    assert statistics.fmean(errs) <= 0.02
+    assert max(errs) <= 0.05
+
+
+def test_transformers_peak_allocated(transformers_cases: list[v.Case]) -> None:
+    rows = [c for c in transformers_cases if "inconsistent" not in c.note]
+    assert len(rows) >= 240
+    for kind in ("bf16", "quantized"):
+        errs = [abs(c.error) for c in rows if c.note == kind]
+        assert statistics.median(errs) <= 0.05, kind
+    bad = [
+        (c.case, f"{c.error:+.2%}")
+        for c in rows
+        if abs(c.error) > TRANSFORMERS_GAPS.get(c.case, 0.12)
+    ]
+    assert not bad
+
+
+def test_tracer_kv_cache_exact_and_peak_close() -> None:
+    cases = v.tracer_cases()
+    if not cases:
+        pytest.skip("no tracer data committed (make tracer-data-inference)")
+    kv = [c for c in cases if c.component == "kv_cache"]
+    assert all(abs(c.error) <= 0.001 for c in kv), [(c.case, c.error) for c in kv]
+    peaks = [c for c in cases if c.component == "peak_allocated"]
+    assert statistics.median(abs(c.error) for c in peaks) <= 0.05
+    assert all(abs(c.error) <= 0.15 for c in peaks), [(c.case, c.error) for c in peaks]
