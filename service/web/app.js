@@ -100,6 +100,7 @@ function fillEnumSelects() {
     const schema = select.closest("[data-kind=finetune]") ? "FinetuneRequestBody"
       : "InferenceRequestBody";
     const { values, default: def } = enumOf(schema, select.dataset.enum);
+    if (!values.length) throw new Error(`/openapi.json lists no choices for ${select.dataset.enum}`);
     select.replaceChildren();
     if (select.dataset.default) select.append(el("option", { value: "", text: select.dataset.default }));
     for (const value of values) {

@@ -21,6 +21,8 @@ import pytest
 from tests.conftest import REPO
 from tests.ui.conftest import OUTPUT
 
+pytestmark = pytest.mark.slow
+
 GB = 10**9
 GIB = 2**30
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from service.api.schemas.common import (
     MAX_CONFIG_DEPTH,
@@ -182,7 +182,11 @@ class InferenceRequestBody(ModelSelector):
         description="Of `sequence_length`, the prompt processed in one prefill; default: all.",
     )
     concurrency: int = Field(
-        1, ge=1, le=MAX_CONCURRENCY, description="Concurrent requests, each of `batch_size`."
+        1,
+        ge=1,
+        le=MAX_CONCURRENCY,
+        validate_default=True,  # the token bound below runs even when it is not sent
+        description="Concurrent requests, each of `batch_size`.",
     )
     engine: Engine = Field("generic", description="Serving engine whose allocations to model.")
     engine_options: EngineOptions = Field(
@@ -203,15 +207,23 @@ class InferenceRequestBody(ModelSelector):
         description="GPUs to check the fit on; default: tensor × pipeline parallel size.",
     )
 
-    @model_validator(mode="after")
-    def _bounded_tokens(self) -> InferenceRequestBody:
-        if self.prompt_tokens is not None and self.prompt_tokens > self.sequence_length:
-            raise ValueError("`prompt_tokens` cannot exceed `sequence_length`")
-        if self.batch_size * self.sequence_length * self.concurrency > MAX_TOKENS:
+    @field_validator("prompt_tokens")
+    @classmethod
+    def _prompt_within_sequence(cls, value: int | None, info: ValidationInfo) -> int | None:
+        sequence = info.data.get("sequence_length")
+        if value is not None and sequence is not None and value > sequence:
+            raise ValueError(f"cannot exceed sequence_length ({sequence})")
+        return value
+
+    @field_validator("concurrency")
+    @classmethod
+    def _bounded_tokens(cls, value: int, info: ValidationInfo) -> int:
+        batch, sequence = info.data.get("batch_size"), info.data.get("sequence_length")
+        if batch is not None and sequence is not None and batch * sequence * value > MAX_TOKENS:
             raise ValueError(
                 f"batch_size × sequence_length × concurrency exceeds {MAX_TOKENS:,} tokens"
             )
-        return self
+        return value
 
 
 class LoraOptions(RequestModel):
@@ -263,7 +275,9 @@ class FinetuneRequestBody(ModelSelector):
         "false = fused."
     )
     batch_size: int = Field(1, ge=1, le=MAX_BATCH, description="Micro-batch per GPU.")
-    sequence_length: int = Field(2048, ge=1, le=MAX_SEQUENCE, description="Tokens per sample.")
+    sequence_length: int = Field(
+        2048, ge=1, le=MAX_SEQUENCE, validate_default=True, description="Tokens per sample."
+    )
     gradient_checkpointing: Checkpointing = Field("none", description="Activation recomputation.")
     attention: Attention = Field("flash", description="Attention kernel.")
     gpu_count: int = Field(1, ge=1, le=MAX_GPUS, description="Data-parallel GPUs.")
@@ -279,11 +293,13 @@ class FinetuneRequestBody(ModelSelector):
         examples=["a100-sxm4-80gb"],
     )
 
-    @model_validator(mode="after")
-    def _bounded_tokens(self) -> FinetuneRequestBody:
-        if self.batch_size * self.sequence_length > MAX_TOKENS:
+    @field_validator("sequence_length")
+    @classmethod
+    def _bounded_tokens(cls, value: int, info: ValidationInfo) -> int:
+        batch = info.data.get("batch_size")
+        if batch is not None and batch * value > MAX_TOKENS:
             raise ValueError(f"batch_size × sequence_length exceeds {MAX_TOKENS:,} tokens")
-        return self
+        return value
 
 
 # ---------------------------------------------------------------------------------------------
