@@ -12,7 +12,7 @@ RUNTIME_STAMP := $(VENV)/.runtime-installed
 TEST_STAMP := $(VENV)/.test-installed
 
 .DEFAULT_GOAL := help
-.PHONY: help venv serve test lint typecheck openapi check-openapi clean
+.PHONY: help venv serve test lint typecheck openapi clean readme-examples
 
 help:  ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | sort | \
@@ -42,7 +42,7 @@ lint: $(TEST_STAMP)  ## ruff lint and format check
 typecheck: $(TEST_STAMP)  ## mypy on the domain package
 	$(VENV)/bin/mypy
 
-test: $(TEST_STAMP) lint typecheck deploy-check  ## Lint, type-check, deploy checks and the whole test suite
+test: $(TEST_STAMP) lint typecheck deploy-check browser-deps  ## Lint, type-check, deploy checks and the whole test suite
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 openapi: $(RUNTIME_STAMP)  ## Regenerate openapi/openapi.json from the live app
@@ -52,3 +52,6 @@ clean:  ## Remove the venv and caches
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .hypothesis test-output
 
 -include mk/*.mk
+
+readme-examples: $(TEST_STAMP)  ## Rerun the README's curl session against a live server
+	$(PY) docs/tools/readme_examples.py

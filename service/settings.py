@@ -28,12 +28,6 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(
         1_048_576, ge=1024, le=64 * 1_048_576, description="Largest request body accepted (413)."
     )
-    max_json_depth: int = Field(
-        32, ge=4, le=256, description="Deepest JSON nesting accepted in a request body (422)."
-    )
-    max_batch_items: int = Field(
-        1000, ge=1, le=10_000, description="Most items one /v1/estimate/batch call may carry."
-    )
     gpu_catalog_path: Path | None = Field(
         None, description="GPU catalog TOML file; default: the one embedded in the package."
     )

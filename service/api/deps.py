@@ -15,11 +15,13 @@ if TYPE_CHECKING:
 __all__ = ["get_gpu_catalog", "get_model_catalog", "get_settings"]
 
 
-def get_gpu_catalog(request: Request) -> GpuCatalog:
+# `async def` on purpose: a plain `def` dependency runs in the thread pool, and each hop there
+# costs more than the whole estimate on a busy machine (GIL hand-offs; see bench/results.md).
+async def get_gpu_catalog(request: Request) -> GpuCatalog:
     return request.app.state.gpu_catalog  # type: ignore[no-any-return]
 
 
-def get_model_catalog(request: Request) -> ModelCatalog:
+async def get_model_catalog(request: Request) -> ModelCatalog:
     return request.app.state.model_catalog  # type: ignore[no-any-return]
 
 

@@ -122,8 +122,13 @@ def validation_errors(raw: Sequence[Any]) -> list[dict[str, str]]:
             message = "Unknown field; remove it (see the schema at /openapi.json for the fields)"
         elif err.get("type") == "literal_error" and "expected" in ctx:
             message = f"Input should be one of {ctx['expected']}"
-        out.append({"field": _field_path(err.get("loc", ())), "message": message,
-                    "type": str(err.get("type", "value_error"))})
+        out.append(
+            {
+                "field": _field_path(err.get("loc", ())),
+                "message": message,
+                "type": str(err.get("type", "value_error")),
+            }
+        )
     return out
 
 
@@ -140,8 +145,10 @@ async def _on_validation_error(request: Request, exc: Exception) -> JSONResponse
     if any(e.get("type") == "json_invalid" for e in raw):
         ctx = raw[0].get("ctx") or {}
         return problem_response(
-            request, 400, f"The body is not valid JSON: {ctx.get('error', 'decode error')}; "
-            "send one JSON object."
+            request,
+            400,
+            f"The body is not valid JSON: {ctx.get('error', 'decode error')}; "
+            "send one JSON object.",
         )
     errors = validation_errors(raw)
     return problem_response(request, 422, summarize(errors), errors=errors)

@@ -237,7 +237,7 @@ def _plan(
     d = bytes_per_element(act_dtype)
     kvb = kv_dtype_bytes(kv_cache_dtype, act_dtype)
     assumptions: list[str] = []
-    latent = engine in ("vllm", "sglang")
+    latent = True  # vLLM, SGLang and transformers 5 all cache MLA's compressed latent
     kv_layouts = stage_kv_layouts(arch, kvb, tp, pp, latent)
     max_model_len = settings.max_model_len
     limit = arch.max_position_embeddings

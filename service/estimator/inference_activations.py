@@ -12,7 +12,8 @@ What the forward pass of a decoder holds at its peak, per token and per GPU, fro
 - Attention with flash/SDPA kernels: q, k, v and the output (``2·q + 2·kv`` elements); eager
   attention also materializes the score matrix, ``heads × s × s``: the raw, scaled and masked
   scores in the model dtype (each alive while the next is built) and the fp32 softmax,
-  ``(3·d + 4)`` bytes per score.
+  ``(3·d + 4)`` bytes per score (``3·d`` with gpt-oss's attention sinks, whose eager softmax
+  runs in the model dtype).
 - Logits: the lm_head output in the model dtype and the fp32 copy generation/sampling makes of
   it (``V·(d + 4)`` bytes per row). ``generate`` in transformers >= 4.45 computes the prefill
   logits of the last position only; older versions, and a plain forward, every position (kept
@@ -103,7 +104,10 @@ def forward_coefficients(
     h = arch.hidden_size
     width = max(_mlp_width(arch, tp, fused_moe), _attention_width(arch, tp))
     per_token = dtype_bytes * (HIDDEN_TENSORS * h + width)
-    score = (3 * dtype_bytes + 4) * arch.num_attention_heads / tp if eager else 0.0
+    # Attention sinks (gpt-oss): the sink logits are concatenated and the softmax stays in the
+    # model dtype, so three model-dtype copies and no fp32 one.
+    per_score = 3 * dtype_bytes + (0 if arch.attention_sinks else 4)
+    score = per_score * arch.num_attention_heads / tp if eager else 0.0
     return ForwardCoefficients(
         per_token=per_token,
         score_per_token_sq=score,

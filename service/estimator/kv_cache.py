@@ -5,9 +5,10 @@ Per layer and token, one GPU holds:
 - GQA/MQA/MHA: ``2 × kv_heads_per_gpu × head_dim × dtype_bytes`` (K and V; the value head may be
   narrower, ``v_head_dim``), where tensor parallelism gives each rank ``kv_heads / TP`` heads and
   replicates a head on every rank once TP exceeds the head count (vLLM's QKVParallelLinear).
-- MLA under vLLM / SGLang: the compressed latent ``kv_lora_rank + qk_rope_head_dim``, one copy per
-  rank, not split by TP (vLLM's MLAAttentionSpec). Under transformers (and the generic loop) the
-  cache holds the decompressed keys and values: ``heads × (qk_head_dim + v_head_dim)``.
+- MLA: the compressed latent ``kv_lora_rank + qk_rope_head_dim``, one copy per rank, not split
+  by TP (vLLM's MLAAttentionSpec; SGLang; transformers 5 caches the same latent, as the
+  reference tracer shows). ``latent_mla=False`` gives the decompressed layout older
+  implementations cached: ``heads × (qk_head_dim + v_head_dim)``.
 
 How many tokens a layer holds:
 

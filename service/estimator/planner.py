@@ -24,8 +24,14 @@ from service.estimator.simple import (
 from service.estimator.summary import summarize
 from service.estimator.version import ESTIMATOR_VERSION
 
-__all__ = ["ESTIMATOR_VERSION", "Answer", "GpuTarget", "ModelSpec", "answer_finetune",
-           "answer_inference"]
+__all__ = [
+    "ESTIMATOR_VERSION",
+    "Answer",
+    "GpuTarget",
+    "ModelSpec",
+    "answer_finetune",
+    "answer_inference",
+]
 
 # A sequence-length search never goes past this many tokens (the API's own bound).
 MAX_SEARCH_SEQUENCE = 16 * 1024 * 1024
@@ -85,8 +91,9 @@ def _dtype(model: ModelSpec) -> str:
     return {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(model.dtype, model.dtype)
 
 
-def _finish(model: ModelSpec, estimate: Estimate, fit: Fit | None, gpu: GpuTarget | None,
-            extra: list[str]) -> Answer:
+def _finish(
+    model: ModelSpec, estimate: Estimate, fit: Fit | None, gpu: GpuTarget | None, extra: list[str]
+) -> Answer:
     assumptions = (*extra, *estimate.assumptions, *(fit.assumptions if fit else ()))
     if model.architecture is not None:
         assumptions = (*model.architecture.assumptions, *assumptions)
@@ -110,7 +117,10 @@ def answer_inference(
 
         def estimate_for(gpus: int, batch: int, seq: int) -> Estimate:
             return estimate_inference_simple(
-                simple, batch_size=batch, sequence_length=seq, tensor_parallel_size=gpus,
+                simple,
+                batch_size=batch,
+                sequence_length=seq,
+                tensor_parallel_size=gpus,
                 **fixed,
             )
 
@@ -120,9 +130,14 @@ def answer_inference(
         fit = None
         if gpu is not None:
             fit = simple_fit(
-                estimate_for, gpu_label=gpu.ref, gpu_memory_bytes=gpu.memory_bytes,
-                gpu_count=gpu_count or tp, batch_size=batch, sequence_length=seq,
-                max_sequence_length=MAX_SEARCH_SEQUENCE, gpu_counts=SIMPLE_GPU_COUNTS,
+                estimate_for,
+                gpu_label=gpu.ref,
+                gpu_memory_bytes=gpu.memory_bytes,
+                gpu_count=gpu_count or tp,
+                batch_size=batch,
+                sequence_length=seq,
+                max_sequence_length=MAX_SEARCH_SEQUENCE,
+                gpu_counts=SIMPLE_GPU_COUNTS,
             )
         return _finish(model, estimate, fit, gpu, extra)
 
@@ -149,8 +164,11 @@ def answer_finetune(
     lora = fields.pop("lora", None) or {}
     if estimator == "simple" or model.architecture is None:
         simple = _simple_model(model, extra, estimator)
-        fixed = {k: fields[k] for k in ("method", "weight_format", "precision", "optimizer")
-                 if k in fields}
+        fixed = {
+            k: fields[k]
+            for k in ("method", "weight_format", "precision", "optimizer")
+            if k in fields
+        }
 
         def estimate_for(gpus: int, batch: int, seq: int) -> Estimate:
             return estimate_finetune_simple(simple, batch_size=batch, sequence_length=seq, **fixed)
@@ -160,9 +178,14 @@ def answer_finetune(
         fit = None
         if gpu is not None:
             fit = simple_fit(
-                estimate_for, gpu_label=gpu.ref, gpu_memory_bytes=gpu.memory_bytes,
-                gpu_count=fields.get("gpu_count", 1), batch_size=batch, sequence_length=seq,
-                max_sequence_length=MAX_SEARCH_SEQUENCE, gpu_counts=[1],
+                estimate_for,
+                gpu_label=gpu.ref,
+                gpu_memory_bytes=gpu.memory_bytes,
+                gpu_count=fields.get("gpu_count", 1),
+                batch_size=batch,
+                sequence_length=seq,
+                max_sequence_length=MAX_SEARCH_SEQUENCE,
+                gpu_counts=[1],
             )
         return _finish(model, estimate, fit, gpu, extra)
 

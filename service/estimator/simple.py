@@ -212,9 +212,7 @@ def simple_fit(
         required_bytes=required,
         fits=required <= gpu_memory_bytes,
         headroom_bytes=gpu_memory_bytes - required,
-        min_gpu_count=next(
-            (g for g in gpu_counts if fits(g, batch_size, sequence_length)), None
-        ),
+        min_gpu_count=next((g for g in gpu_counts if fits(g, batch_size, sequence_length)), None),
         max_batch_size=largest_true(lambda b: fits(gpu_count, b, sequence_length), 1, 1 << 20),
         max_sequence_length=largest_true(
             lambda s: fits(gpu_count, batch_size, s), 1, max_sequence_length

@@ -24,7 +24,8 @@ def gb(n_bytes: int) -> str:
 
 def summarize(model_name: str, estimate: Estimate, fit: Fit | None, gpu_name: str | None) -> str:
     parts = ", ".join(
-        f"{COMPONENT_LABELS.get(name, name)} {gb(value)}" for name, value in estimate.per_gpu.items()
+        f"{COMPONENT_LABELS.get(name, name)} {gb(value)}"
+        for name, value in estimate.per_gpu.items()
     )
     if estimate.gpu_count > 1:
         head = (

@@ -9,9 +9,18 @@ def test_gpu_list_has_the_fixed_fields(client: TestClient) -> None:
     gpus = client.get("/v1/gpus").json()["gpus"]
     assert len(gpus) >= 25
     for gpu in gpus:
-        for field in ("id", "name", "vendor", "memory_bytes", "marketed_memory_gb",
-                      "memory_bandwidth_gbps", "bf16_tflops", "fp8", "k8s_product_label",
-                      "mig_profiles"):
+        for field in (
+            "id",
+            "name",
+            "vendor",
+            "memory_bytes",
+            "marketed_memory_gb",
+            "memory_bandwidth_gbps",
+            "bf16_tflops",
+            "fp8",
+            "k8s_product_label",
+            "mig_profiles",
+        ):
             assert field in gpu, (gpu["id"], field)
 
 

@@ -28,14 +28,21 @@ def test_inference_response_shape(client: TestClient) -> None:
     assert body["estimator"] == "detailed" and body["estimator_version"]
     assert body["model"]["parameter_count"] == 8_030_261_248
     assert body["fit"]["fits"] is True
-    assert body["fit"]["headroom_bytes"] == body["fit"]["usable_bytes"] - body["fit"]["required_bytes"]
+    assert (
+        body["fit"]["headroom_bytes"] == body["fit"]["usable_bytes"] - body["fit"]["required_bytes"]
+    )
     assert body["assumptions"] and "GB" in body["summary"] and "fits 1 x" in body["summary"]
 
 
 def test_finetune_response_shape(client: TestClient) -> None:
     body = post(client, "finetune", {"model": LLAMA_8B, "method": "lora"}).json()
     assert set(body["breakdown"]) == {
-        "weights", "gradients", "optimizer_states", "activations", "overhead"}
+        "weights",
+        "gradients",
+        "optimizer_states",
+        "activations",
+        "overhead",
+    }
     assert body["total_bytes"] == sum(body["breakdown"].values())
 
 
@@ -47,7 +54,10 @@ def test_case_insensitive_model_id(client: TestClient) -> None:
 
 def test_estimates_are_deterministic(client: TestClient) -> None:
     request = {"model": "Qwen/Qwen3-30B-A3B", "engine": "vllm", "gpu": "h100-sxm-80gb"}
-    first, second = post(client, "inference", request).json(), post(client, "inference", request).json()
+    first, second = (
+        post(client, "inference", request).json(),
+        post(client, "inference", request).json(),
+    )
     assert first == second
 
 
@@ -89,8 +99,10 @@ def test_count_only_detailed_request_falls_back_and_says_so(client: TestClient) 
         ({"model": LLAMA_8B, "sequence_length": -5}, "sequence_length"),
         ({"model": LLAMA_8B, "engine": "tgi"}, "engine"),
         ({"model": LLAMA_8B, "bacth_size": 2}, "bacth_size"),
-        ({"model": LLAMA_8B, "engine_options": {"gpu_memory_utilization": 1.5}},
-         "engine_options.gpu_memory_utilization"),
+        (
+            {"model": LLAMA_8B, "engine_options": {"gpu_memory_utilization": 1.5}},
+            "engine_options.gpu_memory_utilization",
+        ),
         ({"model": LLAMA_8B, "weight_format": "int3"}, "weight_format"),
     ],
 )
@@ -106,8 +118,9 @@ def test_unknown_field_message_says_so(client: TestClient) -> None:
 
 
 def test_token_bound(client: TestClient) -> None:
-    response = post(client, "inference", {"model": LLAMA_8B, "batch_size": 100_000,
-                                          "sequence_length": 100_000})
+    response = post(
+        client, "inference", {"model": LLAMA_8B, "batch_size": 100_000, "sequence_length": 100_000}
+    )
     assert response.status_code == 422
     assert "1,000,000,000 tokens" in response.json()["detail"]
     assert fields_of(response) == ["concurrency"]
@@ -143,8 +156,9 @@ def test_invalid_tensor_parallel_size_names_valid_sizes(client: TestClient) -> N
 
 
 def test_mig_slice_fit(client: TestClient) -> None:
-    body = post(client, "inference", {"model": "Qwen/Qwen2.5-0.5B-Instruct",
-                                      "gpu": "h100-sxm-80gb/1g.10gb"}).json()
+    body = post(
+        client, "inference", {"model": "Qwen/Qwen2.5-0.5B-Instruct", "gpu": "h100-sxm-80gb/1g.10gb"}
+    ).json()
     assert body["fit"]["gpu"] == "h100-sxm-80gb/1g.10gb"
     assert body["fit"]["usable_bytes"] < 10 * 2**30
 

@@ -25,8 +25,18 @@ def test_operation_ids_are_stable_names(client: TestClient) -> None:
         for op in path.values()
         if isinstance(op, dict) and "operationId" in op
     }
-    for expected in ("estimate_inference", "estimate_finetune", "estimate_batch", "list_gpus",
-                     "get_gpu", "list_models", "get_model", "healthz", "readyz", "metrics"):
+    for expected in (
+        "estimate_inference",
+        "estimate_finetune",
+        "estimate_batch",
+        "list_gpus",
+        "get_gpu",
+        "list_models",
+        "get_model",
+        "healthz",
+        "readyz",
+        "metrics",
+    ):
         assert expected in ids
 
 

@@ -53,7 +53,9 @@ def test_metrics_label_by_route_template_not_raw_path(client: TestClient) -> Non
     text = client.get("/metrics").text
     assert 'route="/v1/gpus/{gpu_id}"' in text
     assert "no-such-gpu" not in text and "/no/such/path" not in text
-    assert re.search(r'http_requests_total\{method="GET",route="unmatched",status="404"\} [2-9]', text)
+    assert re.search(
+        r'http_requests_total\{method="GET",route="unmatched",status="404"\} [2-9]', text
+    )
     assert "http_request_duration_seconds_bucket" in text
     assert "process_resident_memory_bytes" in text
 

@@ -12,8 +12,9 @@ from service.estimator.simple import (
     estimate_inference_simple,
 )
 
-SEVEN_B = SimpleModel(parameter_count=7_000_000_000, active_parameter_count=7_000_000_000,
-                      dtype="fp16")
+SEVEN_B = SimpleModel(
+    parameter_count=7_000_000_000, active_parameter_count=7_000_000_000, dtype="fp16"
+)
 
 
 def test_guide_inference_example_7b_fp16() -> None:
@@ -29,8 +30,13 @@ def test_guide_inference_example_7b_fp16() -> None:
 
 def test_guide_finetune_example_7b_fp16_adam() -> None:
     est = estimate_finetune_simple(
-        SEVEN_B, method="full", weight_format="fp16", precision="fp16-mixed", optimizer="adam",
-        batch_size=1, sequence_length=2048,
+        SEVEN_B,
+        method="full",
+        weight_format="fp16",
+        precision="fp16-mixed",
+        optimizer="adam",
+        batch_size=1,
+        sequence_length=2048,
     )
     assert est.total["weights"] == 14_000_000_000
     assert est.total["gradients"] == 14_000_000_000
@@ -44,8 +50,13 @@ def test_guide_optimizer_table() -> None:
     expected = {"sgd": 0, "sgd-momentum": 1, "rmsprop": 1, "adam": 2, "adamw": 2}
     for optimizer, states in expected.items():
         est = estimate_finetune_simple(
-            SEVEN_B, method="full", weight_format="fp16", precision="fp16-mixed",
-            optimizer=optimizer, batch_size=1, sequence_length=2048,
+            SEVEN_B,
+            method="full",
+            weight_format="fp16",
+            precision="fp16-mixed",
+            optimizer=optimizer,
+            batch_size=1,
+            sequence_length=2048,
         )
         assert est.total["optimizer_states"] == 7_000_000_000 * 4 * states
 
@@ -69,7 +80,11 @@ def test_int4_weights_are_half_a_byte() -> None:
 
 def test_kv_scales_with_concurrency_and_tensor_parallel_splits() -> None:
     est = estimate_inference_simple(
-        SEVEN_B, weight_format="fp16", batch_size=2, sequence_length=4096, concurrency=3,
+        SEVEN_B,
+        weight_format="fp16",
+        batch_size=2,
+        sequence_length=4096,
+        concurrency=3,
         tensor_parallel_size=2,
     )
     assert est.total["kv_cache"] == 1_400_000_000 * 2 * 2 * 3

@@ -114,5 +114,5 @@ def test_tracer_kv_cache_exact_and_peak_close() -> None:
     kv = [c for c in cases if c.component == "kv_cache"]
     assert all(abs(c.error) <= 0.001 for c in kv), [(c.case, c.error) for c in kv]
     peaks = [c for c in cases if c.component == "peak_allocated"]
-    assert statistics.median(abs(c.error) for c in peaks) <= 0.05
-    assert all(abs(c.error) <= 0.15 for c in peaks), [(c.case, c.error) for c in peaks]
+    assert statistics.median(abs(c.error) for c in peaks) <= 0.01
+    assert all(abs(c.error) <= 0.05 for c in peaks), [(c.case, c.error) for c in peaks]

@@ -9,12 +9,12 @@ import time
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Request
-from pydantic import Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
 from service.api.deps import get_gpu_catalog, get_model_catalog
 from service.api.problems import problem_body, problem_responses, summarize, validation_errors
 from service.api.resolve import estimate_params, resolve_gpu, resolve_model
-from service.api.schemas.common import RequestModel, ResponseModel
+from service.api.schemas.common import STRICT_REQUEST, RequestModel, ResponseModel
 from service.api.schemas.estimates import (
     EstimateResponse,
     FinetuneRequestBody,
@@ -53,7 +53,9 @@ def _render(kind: str, estimator: str, model_spec: Any, answer: Answer) -> dict[
             "breakdown": dict(est.per_gpu),
             "total_bytes": est.per_gpu_bytes,
         },
-        "fit": None if fit is None else {
+        "fit": None
+        if fit is None
+        else {
             "gpu": fit.gpu,
             "gpu_count": fit.gpu_count,
             "usable_bytes": fit.usable_bytes,
@@ -64,7 +66,9 @@ def _render(kind: str, estimator: str, model_spec: Any, answer: Answer) -> dict[
             "max_batch_size": fit.max_batch_size,
             "max_sequence_length": fit.max_sequence_length,
         },
-        "capacity": None if cap is None else {
+        "capacity": None
+        if cap is None
+        else {
             "kv_cache_bytes_per_token": cap.kv_cache_bytes_per_token,
             "kv_cache_pool_bytes": cap.kv_cache_pool_bytes,
             "kv_cache_tokens": cap.kv_cache_tokens,
@@ -95,8 +99,11 @@ def run_inference(
     if body.gpu_count is not None and gpu is None:
         raise NotFound("`gpu_count` needs a `gpu` to check the fit on", field="gpu")
     answer = answer_inference(
-        model, estimate_params(body, _INFERENCE_EXCLUDE),
-        estimator=body.estimator, gpu=gpu, gpu_count=body.gpu_count,
+        model,
+        estimate_params(body, _INFERENCE_EXCLUDE),
+        estimator=body.estimator,
+        gpu=gpu,
+        gpu_count=body.gpu_count,
     )
     _observe(request, "inference", answer, body.engine, started)
     return _render("inference", body.estimator, model, answer)
@@ -123,13 +130,16 @@ def _observe(request: Request, kind: str, answer: Answer, engine: str, started: 
         metrics.fit_outcomes.labels(kind, str(answer.fit.fits).lower()).inc()
 
 
+# `async def`: an estimate takes well under a millisecond of CPU, less than the thread-pool
+# hop a plain `def` route pays (GIL hand-offs under load; see bench/results.md). The batch
+# route stays `def`: up to 1000 estimates would hold the event loop too long.
 @router.post(
     "/inference",
     response_model=EstimateResponse,
     summary="Memory to serve a model, per GPU and in total, with fit and engine capacity",
     responses=ERRORS,
 )
-def estimate_inference(
+async def estimate_inference(
     body: InferenceRequestBody,
     request: Request,
     models: Annotated[ModelCatalog, Depends(get_model_catalog)],
@@ -144,7 +154,7 @@ def estimate_inference(
     summary="Peak memory of a fine-tuning step, per GPU and in total, with fit",
     responses=ERRORS,
 )
-def estimate_finetune(
+async def estimate_finetune(
     body: FinetuneRequestBody,
     request: Request,
     models: Annotated[ModelCatalog, Depends(get_model_catalog)],
@@ -165,19 +175,23 @@ class BatchItem(RequestModel):
 
 
 class BatchRequest(RequestModel):
-    model_config = {
-        **RequestModel.model_config,
-        "json_schema_extra": {
+    model_config = ConfigDict(
+        **STRICT_REQUEST,
+        json_schema_extra={
             "example": {
                 "items": [
-                    {"kind": "inference", "request": {"model": "Qwen/Qwen2.5-7B-Instruct",
-                                                      "gpu": "l4"}},
-                    {"kind": "finetune", "request": {"model": "meta-llama/Llama-3.2-1B",
-                                                     "method": "lora"}},
+                    {
+                        "kind": "inference",
+                        "request": {"model": "Qwen/Qwen2.5-7B-Instruct", "gpu": "l4"},
+                    },
+                    {
+                        "kind": "finetune",
+                        "request": {"model": "meta-llama/Llama-3.2-1B", "method": "lora"},
+                    },
                 ]
             }
         },
-    }
+    )
 
     items: list[BatchItem] = Field(
         min_length=1, max_length=1000, description="Up to 1000 estimate requests."
@@ -196,8 +210,10 @@ class BatchResponse(ResponseModel):
     failed: int
 
 
-_BODIES = {"inference": (InferenceRequestBody, run_inference),
-           "finetune": (FinetuneRequestBody, run_finetune)}
+_BODIES = {
+    "inference": (InferenceRequestBody, run_inference),
+    "finetune": (FinetuneRequestBody, run_finetune),
+}
 
 
 @router.post(
@@ -223,15 +239,30 @@ def estimate_batch(
             errors = validation_errors(exc.errors())
             for e in errors:
                 e["field"] = f"items.{index}.request.{e['field']}"
-            results.append({"status": 422, "problem": problem_body(
-                422, summarize(errors), errors=errors, instance=instance)})
+            results.append(
+                {
+                    "status": 422,
+                    "problem": problem_body(
+                        422, summarize(errors), errors=errors, instance=instance
+                    ),
+                }
+            )
         except EstimatorError as exc:
             status = 404 if isinstance(exc, NotFound) else 422
             errors = None
             if exc.field:
-                errors = [{"field": f"items.{index}.request.{exc.field}", "message": exc.detail,
-                           "type": type(exc).__name__}]
-            results.append({"status": status, "problem": problem_body(
-                status, exc.detail, errors=errors, instance=instance)})
+                errors = [
+                    {
+                        "field": f"items.{index}.request.{exc.field}",
+                        "message": exc.detail,
+                        "type": type(exc).__name__,
+                    }
+                ]
+            results.append(
+                {
+                    "status": status,
+                    "problem": problem_body(status, exc.detail, errors=errors, instance=instance),
+                }
+            )
     failed = sum(1 for r in results if r["status"] != 200)
     return {"results": results, "succeeded": len(results) - failed, "failed": failed}

@@ -48,8 +48,10 @@ def readyz(request: Request) -> Response:
     "/metrics",
     summary="Prometheus metrics (text exposition format)",
     response_class=Response,
-    responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}, 
-               **problem_responses(500)},
+    responses={
+        200: {"content": {"text/plain": {"schema": {"type": "string"}}}},
+        **problem_responses(500),
+    },
 )
 def metrics(request: Request) -> Response:
     registry = request.app.state.metrics.registry

@@ -42,7 +42,9 @@ def list_models(
     catalog: Annotated[ModelCatalog, Depends(get_model_catalog)],
     family: Annotated[
         str | None,
-        Query(min_length=1, max_length=64, description="A `model_type`, e.g. `llama`, `qwen3_moe`."),
+        Query(
+            min_length=1, max_length=64, description="A `model_type`, e.g. `llama`, `qwen3_moe`."
+        ),
     ] = None,
     min_parameters: Annotated[
         int | None, Query(ge=0, le=MAX_COUNT, description="At least this many parameters.")

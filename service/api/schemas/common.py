@@ -33,7 +33,9 @@ def json_depth_and_size(value: Any, depth: int = 1) -> tuple[int, int]:
     stack = [(value, depth)]
     while stack:
         node, level = stack.pop()
-        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+        children = (
+            node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+        )
         for child in children:
             count += 1
             if isinstance(child, dict | list):

@@ -7,18 +7,19 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from service.api.schemas.common import (
     MAX_CONFIG_DEPTH,
     MAX_CONFIG_KEYS,
+    STRICT_REQUEST,
     RequestModel,
     ResponseModel,
     json_depth_and_size,
 )
 from service.estimator import finetune as ft
-from service.estimator.formats import KV_CACHE_DTYPES, WEIGHT_FORMATS
 from service.estimator.engines import ENGINES
+from service.estimator.formats import KV_CACHE_DTYPES, WEIGHT_FORMATS
 
 WeightFormat = Literal[WEIGHT_FORMATS]  # type: ignore[valid-type]
 KvCacheDtype = Literal[KV_CACHE_DTYPES]  # type: ignore[valid-type]
@@ -57,7 +58,7 @@ EXACTLY_ONE_MODEL = {
 class ModelSelector(RequestModel):
     """Exactly one of `model`, `hf_config` or `parameter_count` names the model."""
 
-    model_config = {**RequestModel.model_config, "json_schema_extra": EXACTLY_ONE_MODEL}
+    model_config = ConfigDict(**RequestModel.model_config, json_schema_extra=EXACTLY_ONE_MODEL)
 
     # Optional but never null: "exactly one of" is then expressible in JSON Schema (oneOf).
     model: str = Field(
@@ -104,7 +105,9 @@ class ModelSelector(RequestModel):
 
     @model_validator(mode="after")
     def _exactly_one_model(self) -> ModelSelector:
-        given = [n for n in ("model", "hf_config", "parameter_count") if getattr(self, n) is not None]
+        given = [
+            n for n in ("model", "hf_config", "parameter_count") if getattr(self, n) is not None
+        ]
         if len(given) != 1:
             raise ValueError(
                 "name the model with exactly one of `model`, `hf_config` or `parameter_count`"
@@ -126,14 +129,19 @@ class EngineOptions(RequestModel):
     """Serving-engine knobs; unset ones take the engine's own defaults."""
 
     gpu_memory_utilization: float | None = Field(
-        None, gt=0, le=1, description="vLLM: fraction of the GPU's memory vLLM may use (0.9).",
+        None,
+        gt=0,
+        le=1,
+        description="vLLM: fraction of the GPU's memory vLLM may use (0.9).",
         examples=[0.9],
     )
     max_model_len: int | None = Field(
         None, ge=1, le=MAX_SEQUENCE, description="vLLM: longest sequence a request may have."
     )
     max_num_batched_tokens: int | None = Field(
-        None, ge=1, le=MAX_SEQUENCE,
+        None,
+        ge=1,
+        le=MAX_SEQUENCE,
         description="vLLM: tokens per scheduler step (chunked prefill), also its profiling size.",
     )
     block_size: Literal[1, 8, 16, 32, 64, 128] | None = Field(
@@ -153,9 +161,9 @@ class EngineOptions(RequestModel):
 class InferenceRequestBody(ModelSelector):
     """Memory to serve a model."""
 
-    model_config = {
-        **ModelSelector.model_config,
-        "json_schema_extra": {
+    model_config = ConfigDict(
+        **STRICT_REQUEST,
+        json_schema_extra={
             **EXACTLY_ONE_MODEL,
             "examples": [
                 {
@@ -165,9 +173,9 @@ class InferenceRequestBody(ModelSelector):
                     "gpu": "h100-sxm-80gb",
                 },
                 {"parameter_count": 7e9, "estimator": "simple", "weight_format": "fp16"},
-            ]
+            ],
         },
-    }
+    )
 
     weight_format: WeightFormat | None = Field(
         None, description="Storage format of the weights; default: the checkpoint's own."
@@ -178,7 +186,9 @@ class InferenceRequestBody(ModelSelector):
         2048, ge=1, le=MAX_SEQUENCE, description="Tokens per sequence, prompt plus output."
     )
     prompt_tokens: int | None = Field(
-        None, ge=1, le=MAX_SEQUENCE,
+        None,
+        ge=1,
+        le=MAX_SEQUENCE,
         description="Of `sequence_length`, the prompt processed in one prefill; default: all.",
     )
     concurrency: int = Field(
@@ -198,12 +208,16 @@ class InferenceRequestBody(ModelSelector):
     tensor_parallel_size: int = Field(1, ge=1, le=MAX_PARALLEL)
     pipeline_parallel_size: int = Field(1, ge=1, le=MAX_PARALLEL)
     gpu: str | None = Field(
-        None, min_length=1, max_length=100,
+        None,
+        min_length=1,
+        max_length=100,
         description="A catalog GPU id, or `id/mig-profile`, to check the fit on.",
         examples=["h100-sxm-80gb", "a100-sxm4-80gb/3g.40gb"],
     )
     gpu_count: int | None = Field(
-        None, ge=1, le=MAX_GPUS,
+        None,
+        ge=1,
+        le=MAX_GPUS,
         description="GPUs to check the fit on; default: tensor × pipeline parallel size.",
     )
 
@@ -231,7 +245,9 @@ class LoraOptions(RequestModel):
     alpha: float | int | None = Field(
         None, gt=0, le=1e6, description="Scaling (no effect on memory)."
     )
-    target_modules: Literal["all-linear"] | list[Annotated[str, Field(min_length=1, max_length=100)]] = Field(
+    target_modules: (
+        Literal["all-linear"] | list[Annotated[str, Field(min_length=1, max_length=100)]]
+    ) = Field(
         "all-linear",
         description="`all-linear` (every decoder linear but lm_head) or module names such as "
         "`q_proj`, `v_proj`.",
@@ -242,9 +258,9 @@ class LoraOptions(RequestModel):
 class FinetuneRequestBody(ModelSelector):
     """Memory to fine-tune a model: the peak of one training step."""
 
-    model_config = {
-        **ModelSelector.model_config,
-        "json_schema_extra": {
+    model_config = ConfigDict(
+        **STRICT_REQUEST,
+        json_schema_extra={
             **EXACTLY_ONE_MODEL,
             "examples": [
                 {
@@ -255,14 +271,16 @@ class FinetuneRequestBody(ModelSelector):
                     "gpu": "l4",
                 },
                 {"parameter_count": 7e9, "estimator": "simple", "optimizer": "adamw"},
-            ]
+            ],
         },
-    }
+    )
 
     method: Method = Field("full", description="What is trained.")
     lora: LoraOptions = Field(default_factory=LoraOptions, description="LoRA/QLoRA adapters.")
     trainable_layers: int | None = Field(
-        None, ge=0, le=4096,
+        None,
+        ge=0,
+        le=4096,
         description="`freeze`: how many of the last decoder layers stay trainable (default 2).",
     )
     weight_format: WeightFormat | None = Field(
@@ -271,8 +289,8 @@ class FinetuneRequestBody(ModelSelector):
     precision: Precision = Field("bf16-mixed", description="Training precision.")
     optimizer: Optimizer = Field("adamw", description="Optimizer.")
     optimizer_foreach: bool = Field(
-        True, description="PyTorch's default multi-tensor update (allocates a temporary); "
-        "false = fused."
+        True,
+        description="PyTorch's default multi-tensor update (allocates a temporary); false = fused.",
     )
     batch_size: int = Field(1, ge=1, le=MAX_BATCH, description="Micro-batch per GPU.")
     sequence_length: int = Field(
@@ -288,7 +306,9 @@ class FinetuneRequestBody(ModelSelector):
     pipeline_parallel_size: int = Field(1, ge=1, le=MAX_PARALLEL)
     sequence_parallel: bool = Field(False, description="Megatron sequence parallelism with TP.")
     gpu: str | None = Field(
-        None, min_length=1, max_length=100,
+        None,
+        min_length=1,
+        max_length=100,
         description="A catalog GPU id, or `id/mig-profile`, to check the fit on.",
         examples=["a100-sxm4-80gb"],
     )
