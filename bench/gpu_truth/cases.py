@@ -33,10 +33,31 @@ FORCE_FAILS = ("", "oom", "error", "crash", "hang")
 
 # Fields a [[cases]] entry (or [defaults]) may set; anything else is a typo and an error.
 CASE_FIELDS = {
-    "id", "lists", "kind", "model", "num_hidden_layers", "dtype", "precision", "method",
-    "lora_r", "lora_alpha", "lora_targets", "optimizer", "gradient_checkpointing", "attn",
-    "batch", "seq_len", "new_tokens", "logits_to_keep", "steps", "timeout_s", "env",
-    "requires", "force_fail", "expect", "notes",
+    "id",
+    "lists",
+    "kind",
+    "model",
+    "num_hidden_layers",
+    "dtype",
+    "precision",
+    "method",
+    "lora_r",
+    "lora_alpha",
+    "lora_targets",
+    "optimizer",
+    "gradient_checkpointing",
+    "attn",
+    "batch",
+    "seq_len",
+    "new_tokens",
+    "logits_to_keep",
+    "steps",
+    "timeout_s",
+    "env",
+    "requires",
+    "force_fail",
+    "expect",
+    "notes",
 }
 
 
@@ -177,18 +198,32 @@ def resolve(data: dict[str, Any]) -> list[Case]:
         if expect not in STATUSES or force_fail not in FORCE_FAILS:
             raise CaseError(f"case {cid}: bad expect {expect!r} or force_fail {force_fail!r}")
         case = Case(
-            id=cid, kind=kind, model=name, model_source=source,
-            config=_with_layers(config, layers), full_num_hidden_layers=full_layers,
-            lists=tuple(c.get("lists", ())), dtype=dtype, precision=precision, method=method,
-            lora_r=int(c.get("lora_r", 16)), lora_alpha=int(c.get("lora_alpha", 32)),
+            id=cid,
+            kind=kind,
+            model=name,
+            model_source=source,
+            config=_with_layers(config, layers),
+            full_num_hidden_layers=full_layers,
+            lists=tuple(c.get("lists", ())),
+            dtype=dtype,
+            precision=precision,
+            method=method,
+            lora_r=int(c.get("lora_r", 16)),
+            lora_alpha=int(c.get("lora_alpha", 32)),
             lora_targets=tuple(c.get("lora_targets", ())) if method == "lora" else (),
-            optimizer=optimizer, gradient_checkpointing=bool(c.get("gradient_checkpointing")),
-            attn=str(c.get("attn", "sdpa")), batch=int(c.get("batch", 1)),
-            seq_len=int(c.get("seq_len", 512)), new_tokens=new_tokens,
-            logits_to_keep=int(c.get("logits_to_keep", 0)), steps=int(c.get("steps", 2)),
+            optimizer=optimizer,
+            gradient_checkpointing=bool(c.get("gradient_checkpointing")),
+            attn=str(c.get("attn", "sdpa")),
+            batch=int(c.get("batch", 1)),
+            seq_len=int(c.get("seq_len", 512)),
+            new_tokens=new_tokens,
+            logits_to_keep=int(c.get("logits_to_keep", 0)),
+            steps=int(c.get("steps", 2)),
             timeout_s=float(c.get("timeout_s", 120)),
             env={str(k): str(v) for k, v in c.get("env", {}).items()},
-            requires=tuple(c.get("requires", ())), force_fail=force_fail, expect=expect,
+            requires=tuple(c.get("requires", ())),
+            force_fail=force_fail,
+            expect=expect,
             notes=str(c.get("notes", "")),
         )
         if case.batch < 1 or case.seq_len < 1 or case.steps < 1:
@@ -226,8 +261,13 @@ def shrink(case: Case) -> Case:
     cfg = dict(case.config)
     heads = int(cfg.get("num_attention_heads", 4))
     kv = int(cfg.get("num_key_value_heads", heads))
-    cfg.update(hidden_size=64, num_attention_heads=4, num_key_value_heads=4 if kv == heads else 2,
-               intermediate_size=128, vocab_size=512)
+    cfg.update(
+        hidden_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=4 if kv == heads else 2,
+        intermediate_size=128,
+        vocab_size=512,
+    )
     if "head_dim" in cfg:
         cfg["head_dim"] = 16
     if "moe_intermediate_size" in cfg:
@@ -249,10 +289,17 @@ def shrink(case: Case) -> Case:
         cfg["pad_token_id"] = 0
     cfg = _with_layers(cfg, min(case.num_hidden_layers, 2))
     expect = case.expect if case.force_fail else "ok"
-    return replace(case, config=cfg, batch=min(case.batch, 2), seq_len=min(case.seq_len, 48),
-                   new_tokens=min(case.new_tokens, 4) if case.new_tokens else 0,
-                   steps=min(case.steps, 2), timeout_s=min(case.timeout_s, 120.0),
-                   expect=expect, shrunk=True)
+    return replace(
+        case,
+        config=cfg,
+        batch=min(case.batch, 2),
+        seq_len=min(case.seq_len, 48),
+        new_tokens=min(case.new_tokens, 4) if case.new_tokens else 0,
+        steps=min(case.steps, 2),
+        timeout_s=min(case.timeout_s, 120.0),
+        expect=expect,
+        shrunk=True,
+    )
 
 
 # --- time estimate on one H200 -------------------------------------------------------------

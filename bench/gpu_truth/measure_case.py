@@ -42,6 +42,7 @@ _DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
 # --- device memory as the driver sees it ---------------------------------------------------
 
+
 class DeviceMemory:
     """Used memory of one GPU from NVML (nvidia-ml-py's `pynvml`), else nvidia-smi, else None.
 
@@ -66,8 +67,17 @@ class DeviceMemory:
     def _smi(self, query: str) -> str | None:
         try:
             out = subprocess.run(
-                ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits",
-                 "-i", str(self.index)], capture_output=True, text=True, timeout=10)
+                [
+                    "nvidia-smi",
+                    f"--query-gpu={query}",
+                    "--format=csv,noheader,nounits",
+                    "-i",
+                    str(self.index),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            )
         except (OSError, subprocess.TimeoutExpired):
             return None
         return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
@@ -120,6 +130,7 @@ class PeakSampler:
 
 # --- the measurement -------------------------------------------------------------------------
 
+
 def package_version(dist: str) -> str | None:
     try:
         return importlib.metadata.version(dist)
@@ -141,17 +152,31 @@ class Measurement:
         self.phases: dict[str, list[int]] = {}
         c = case
         self.row: dict[str, Any] = dict(
-            case_id=c.id, kind=c.kind, status="error", expected_status=c.expect, error=None,
-            measured_on="cuda" if self.cuda else "cpu-dry", model=c.model,
-            model_source=c.model_source, model_type=c.model_type,
+            case_id=c.id,
+            kind=c.kind,
+            status="error",
+            expected_status=c.expect,
+            error=None,
+            measured_on="cuda" if self.cuda else "cpu-dry",
+            model=c.model,
+            model_source=c.model_source,
+            model_type=c.model_type,
             num_hidden_layers=c.num_hidden_layers,
-            full_num_hidden_layers=c.full_num_hidden_layers, config_json=c.config,
-            dtype=c.dtype, precision=c.precision, method=c.method or None,
+            full_num_hidden_layers=c.full_num_hidden_layers,
+            config_json=c.config,
+            dtype=c.dtype,
+            precision=c.precision,
+            method=c.method or None,
             lora_r=c.lora_r if c.method == "lora" else None,
             lora_alpha=c.lora_alpha if c.method == "lora" else None,
-            lora_targets=";".join(c.lora_targets) or None, optimizer=c.optimizer or None,
-            gradient_checkpointing=c.gradient_checkpointing, attn_impl=c.attn, batch=c.batch,
-            seq_len=c.seq_len, new_tokens=c.new_tokens, logits_to_keep=c.logits_to_keep,
+            lora_targets=";".join(c.lora_targets) or None,
+            optimizer=c.optimizer or None,
+            gradient_checkpointing=c.gradient_checkpointing,
+            attn_impl=c.attn,
+            batch=c.batch,
+            seq_len=c.seq_len,
+            new_tokens=c.new_tokens,
+            logits_to_keep=c.logits_to_keep,
             steps=c.steps if c.kind == "train" else None,
             alloc_conf=os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or None,
             python_version=platform.python_version(),
@@ -171,17 +196,23 @@ class Measurement:
             finally:
                 if self.cuda:
                     torch.cuda.synchronize()
-                    self.phases[name] = [torch.cuda.max_memory_allocated(),
-                                         torch.cuda.max_memory_reserved()]
+                    self.phases[name] = [
+                        torch.cuda.max_memory_allocated(),
+                        torch.cuda.max_memory_reserved(),
+                    ]
+
         return run()
 
     def finish_peaks(self) -> None:
         if not self.phases:
             return
         name, (alloc, _) = max(self.phases.items(), key=lambda kv: kv[1][0])
-        self.row.update(peak_allocated_bytes=alloc, peak_phase=name,
-                        peak_reserved_bytes=max(v[1] for v in self.phases.values()),
-                        phase_peaks=self.phases)
+        self.row.update(
+            peak_allocated_bytes=alloc,
+            peak_phase=name,
+            peak_reserved_bytes=max(v[1] for v in self.phases.values()),
+            phase_peaks=self.phases,
+        )
 
     def allocated(self) -> int | None:
         return int(self.torch.cuda.memory_allocated()) if self.cuda else None
@@ -194,9 +225,12 @@ class Measurement:
         from transformers import AutoConfig, AutoModelForCausalLM
 
         self.torch = torch
-        row.update(import_s=time.perf_counter() - t0, torch_version=torch.__version__,
-                   transformers_version=transformers.__version__,
-                   cuda_version=torch.version.cuda)
+        row.update(
+            import_s=time.perf_counter() - t0,
+            torch_version=torch.__version__,
+            transformers_version=transformers.__version__,
+            cuda_version=torch.version.cuda,
+        )
         dev = torch.device(self.device)
         if self.cuda:
             if not torch.cuda.is_available():
@@ -211,8 +245,7 @@ class Measurement:
                 row["nvml_init_used_bytes"] = init_used
                 idle = row.get("nvml_idle_used_bytes")
                 if init_used is not None and idle is not None:
-                    row["cuda_context_bytes"] = (init_used - idle
-                                                 - torch.cuda.memory_reserved())
+                    row["cuda_context_bytes"] = init_used - idle - torch.cuda.memory_reserved()
         torch.manual_seed(0)
 
         fields = dict(case.config)
@@ -222,8 +255,9 @@ class Measurement:
         weight_dtype = getattr(torch, _DTYPE_NAMES[case.dtype])
         t1 = time.perf_counter()
         with dev:
-            model = AutoModelForCausalLM.from_config(config, dtype=weight_dtype,
-                                                     attn_implementation=case.attn)
+            model = AutoModelForCausalLM.from_config(
+                config, dtype=weight_dtype, attn_implementation=case.attn
+            )
         model.to(dev)
         base = model
         if case.kind == "train":
@@ -231,15 +265,21 @@ class Measurement:
                 # transformers >= 5.2x renames it; the H200 image may have an older 5.x
                 if hasattr(base, "activation_checkpointing_enable"):
                     base.activation_checkpointing_enable(
-                        activation_checkpointing_kwargs={"use_reentrant": False})
+                        activation_checkpointing_kwargs={"use_reentrant": False}
+                    )
                 else:
                     base.gradient_checkpointing_enable(
-                        gradient_checkpointing_kwargs={"use_reentrant": False})
+                        gradient_checkpointing_kwargs={"use_reentrant": False}
+                    )
             if case.method == "lora":
                 from peft import LoraConfig, get_peft_model
 
-                lora = LoraConfig(r=case.lora_r, lora_alpha=case.lora_alpha, lora_dropout=0.0,
-                                  target_modules=list(case.lora_targets))
+                lora = LoraConfig(
+                    r=case.lora_r,
+                    lora_alpha=case.lora_alpha,
+                    lora_dropout=0.0,
+                    target_modules=list(case.lora_targets),
+                )
                 model = get_peft_model(base, lora)
             model.train()
         else:
@@ -256,12 +296,16 @@ class Measurement:
             param_bytes=sum(p.numel() * p.element_size() for p in params),
         )
         gen = torch.Generator(device=dev).manual_seed(0)
-        ids = torch.randint(0, config.vocab_size, (case.batch, case.seq_len), device=dev,
-                            generator=gen)
+        ids = torch.randint(
+            0, config.vocab_size, (case.batch, case.seq_len), device=dev, generator=gen
+        )
         opt = None
         if case.kind == "train":
-            opt_kw = {"adamw-foreach": {"foreach": True}, "adamw-fused": {"fused": True},
-                      "adamw-forloop": {"foreach": False}}[case.optimizer]
+            opt_kw = {
+                "adamw-foreach": {"foreach": True},
+                "adamw-fused": {"fused": True},
+                "adamw-forloop": {"foreach": False},
+            }[case.optimizer]
             opt = torch.optim.AdamW(trainable, lr=1e-5, **opt_kw)
         row["weights_allocated_bytes"] = self.allocated()
 
@@ -282,13 +326,15 @@ class Measurement:
     def _maybe_fail(self) -> None:
         if self.case.force_fail == "oom":
             raise self.torch.OutOfMemoryError(
-                "CUDA out of memory. Tried to allocate 1.00 GiB (forced by the case, dry run)")
+                "CUDA out of memory. Tried to allocate 1.00 GiB (forced by the case, dry run)"
+            )
         if self.case.force_fail == "error":
             raise RuntimeError("error forced by the case")
 
     def _train(self, model: Any, opt: Any, ids: Any) -> None:
         torch = self.torch
         if self.case.precision == "bf16-mixed":
+
             def amp() -> contextlib.AbstractContextManager[Any]:
                 return torch.autocast(self.device, dtype=torch.bfloat16)
         else:
@@ -320,13 +366,18 @@ class Measurement:
         from transformers import GenerationConfig
 
         n = self.case.new_tokens
-        gcfg = GenerationConfig(do_sample=False, max_new_tokens=n, min_new_tokens=n,
-                                eos_token_id=None, bos_token_id=None, pad_token_id=0,
-                                use_cache=True)
+        gcfg = GenerationConfig(
+            do_sample=False,
+            max_new_tokens=n,
+            min_new_tokens=n,
+            eos_token_id=None,
+            bos_token_id=None,
+            pad_token_id=0,
+            use_cache=True,
+        )
         self._maybe_fail()
         with self.phase("generate"), torch.no_grad():
-            out = model.generate(ids, attention_mask=torch.ones_like(ids),
-                                 generation_config=gcfg)
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=gcfg)
         self.row["generated_tokens"] = int(out.shape[1] - ids.shape[1])
 
 
@@ -363,8 +414,11 @@ def measure(case: Case, device: str) -> dict[str, Any]:
     if m.cuda:
         index = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()
         mem = DeviceMemory(int(index) if index.isdigit() else 0)
-        m.row.update(nvml_source=mem.source or None, nvml_idle_used_bytes=mem.used(),
-                     driver_version=mem.driver_version())
+        m.row.update(
+            nvml_source=mem.source or None,
+            nvml_idle_used_bytes=mem.used(),
+            driver_version=mem.driver_version(),
+        )
     sampler = PeakSampler(mem, 0.01 if mem.source == "nvml" else 0.25) if mem else None
     try:
         with sampler or contextlib.nullcontext():
@@ -376,10 +430,12 @@ def measure(case: Case, device: str) -> dict[str, Any]:
         m.finish_peaks()
         if oom and m.cuda:
             # the phase that failed never closed: its peak is the highest reached before it
-            m.row["peak_allocated_bytes"] = max(m.row.get("peak_allocated_bytes") or 0,
-                                                int(torch.cuda.max_memory_allocated()))
-            m.row["peak_reserved_bytes"] = max(m.row.get("peak_reserved_bytes") or 0,
-                                               int(torch.cuda.max_memory_reserved()))
+            m.row["peak_allocated_bytes"] = max(
+                m.row.get("peak_allocated_bytes") or 0, int(torch.cuda.max_memory_allocated())
+            )
+            m.row["peak_reserved_bytes"] = max(
+                m.row.get("peak_reserved_bytes") or 0, int(torch.cuda.max_memory_reserved())
+            )
     if sampler is not None and sampler.peak is not None:
         m.row["nvml_peak_used_bytes"] = sampler.peak
         idle = m.row.get("nvml_idle_used_bytes")

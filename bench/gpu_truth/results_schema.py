@@ -38,11 +38,18 @@ COLUMNS: tuple[Column, ...] = (
     Column("case_id", "str", "the case's id in cases.toml"),
     Column("kind", "str", "inference-generate | inference-prefill | train"),
     Column("status", "str", "ok | oom | timeout | error | skipped"),
-    Column("expected_status", "str", "what the case file expects (ok, or oom for a case "
-           "meant not to fit); a row whose status differs is a surprise, not a measurement"),
+    Column(
+        "expected_status",
+        "str",
+        "what the case file expects (ok, or oom for a case "
+        "meant not to fit); a row whose status differs is a surprise, not a measurement",
+    ),
     Column("error", "str", "first line of the error for oom/error/skipped/timeout, else empty"),
-    Column("measured_on", "str", "cuda (real figures) | cpu-dry (pipeline check only: the "
-           "device figures are empty)"),
+    Column(
+        "measured_on",
+        "str",
+        "cuda (real figures) | cpu-dry (pipeline check only: the device figures are empty)",
+    ),
     # the model as built
     Column("model", "str", "key of the model in cases.toml"),
     Column("model_source", "str", "where the config's fields come from"),
@@ -55,8 +62,12 @@ COLUMNS: tuple[Column, ...] = (
     Column("param_bytes", "int", "bytes of all parameters as built (adapters included)"),
     # the workload
     Column("dtype", "str", "dtype the weights were built in: bf16 | fp16 | fp32"),
-    Column("precision", "str", "train: bf16 (pure) | bf16-mixed (fp32 weights, bf16 "
-           "autocast) | fp32; inference: same as dtype"),
+    Column(
+        "precision",
+        "str",
+        "train: bf16 (pure) | bf16-mixed (fp32 weights, bf16 "
+        "autocast) | fp32; inference: same as dtype",
+    ),
     Column("method", "str", "train: full | lora; inference: empty"),
     Column("lora_r", "int", "LoRA rank (lora only)"),
     Column("lora_alpha", "int", "LoRA alpha (lora only)"),
@@ -73,26 +84,52 @@ COLUMNS: tuple[Column, ...] = (
     Column("steps", "int", "train: optimizer steps run inside the measurement"),
     Column("alloc_conf", "str", "PYTORCH_CUDA_ALLOC_CONF of the worker (empty = default)"),
     # the figures (bytes)
-    Column("weights_allocated_bytes", "int", "torch.cuda.memory_allocated after building the "
-           "model (and adapters, optimizer object, inputs), before the measured work"),
-    Column("peak_allocated_bytes", "int", "torch.cuda.max_memory_allocated over the measured "
-           "work (absolute, weights included)"),
+    Column(
+        "weights_allocated_bytes",
+        "int",
+        "torch.cuda.memory_allocated after building the "
+        "model (and adapters, optimizer object, inputs), before the measured work",
+    ),
+    Column(
+        "peak_allocated_bytes",
+        "int",
+        "torch.cuda.max_memory_allocated over the measured work (absolute, weights included)",
+    ),
     Column("peak_reserved_bytes", "int", "torch.cuda.max_memory_reserved over the measured work"),
-    Column("peak_phase", "str", "phase holding the allocated peak: prefill | generate | "
-           "stepN.forward | stepN.backward | stepN.optimizer"),
-    Column("after_allocated_bytes", "int", "memory_allocated after the work (train: weights + "
-           "optimizer state; prefill: weights + KV cache + logits still held)"),
+    Column(
+        "peak_phase",
+        "str",
+        "phase holding the allocated peak: prefill | generate | "
+        "stepN.forward | stepN.backward | stepN.optimizer",
+    ),
+    Column(
+        "after_allocated_bytes",
+        "int",
+        "memory_allocated after the work (train: weights + "
+        "optimizer state; prefill: weights + KV cache + logits still held)",
+    ),
     Column("kv_cache_bytes", "int", "prefill: bytes of the returned cache's key/value tensors"),
     Column("phase_peaks", "json", "{phase: [max_allocated, max_reserved]} per phase"),
     Column("nvml_source", "str", "nvml | nvidia-smi | empty (no device reading)"),
     Column("nvml_idle_used_bytes", "int", "device memory used before the worker touched CUDA"),
     Column("nvml_init_used_bytes", "int", "device memory used after CUDA init and one tiny tensor"),
-    Column("nvml_peak_used_bytes", "int", "highest device memory used, sampled every ~10 ms "
-           "during build and work, and at the end"),
-    Column("process_peak_bytes", "int", "nvml_peak_used - nvml_idle_used: the whole process "
-           "footprint (CUDA context, allocator cache, workspaces)"),
-    Column("cuda_context_bytes", "int", "nvml_init_used - nvml_idle_used - memory_reserved at "
-           "init: the context before any cuBLAS handle"),
+    Column(
+        "nvml_peak_used_bytes",
+        "int",
+        "highest device memory used, sampled every ~10 ms during build and work, and at the end",
+    ),
+    Column(
+        "process_peak_bytes",
+        "int",
+        "nvml_peak_used - nvml_idle_used: the whole process "
+        "footprint (CUDA context, allocator cache, workspaces)",
+    ),
+    Column(
+        "cuda_context_bytes",
+        "int",
+        "nvml_init_used - nvml_idle_used - memory_reserved at "
+        "init: the context before any cuBLAS handle",
+    ),
     # environment
     Column("gpu_name", "str", "torch.cuda.get_device_name (or nvidia-smi)"),
     Column("gpu_total_bytes", "int", "total device memory as the driver reports it"),
@@ -137,8 +174,11 @@ def format_value(name: str, value: Any) -> str:
     if kind == "bool":
         return "1" if value else "0"
     if kind == "json":
-        return value if isinstance(value, str) else json.dumps(value, sort_keys=True,
-                                                                separators=(",", ":"))
+        return (
+            value
+            if isinstance(value, str)
+            else json.dumps(value, sort_keys=True, separators=(",", ":"))
+        )
     if kind == "float":
         return f"{float(value):.3f}"
     if kind == "int":
@@ -211,8 +251,11 @@ def _check_row(row: dict[str, Any]) -> None:
             raise ValueError("peak_reserved_bytes < peak_allocated_bytes")
         if row["peak_allocated_bytes"] < row["weights_allocated_bytes"]:
             raise ValueError("peak_allocated_bytes < weights_allocated_bytes")
-    if row["status"] == "ok" and row["kind"] == "train" and row.get("method") not in (
-            "full", "lora"):
+    if (
+        row["status"] == "ok"
+        and row["kind"] == "train"
+        and row.get("method") not in ("full", "lora")
+    ):
         raise ValueError(f"train row with method {row.get('method')!r}")
 
 

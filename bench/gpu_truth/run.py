@@ -50,16 +50,27 @@ def _gpu_probe() -> dict[str, Any]:
     """GPU name, memory and driver from nvidia-smi (no CUDA context), empty if none."""
     try:
         out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
-             "--format=csv,noheader,nounits", "-i", "0"],
-            capture_output=True, text=True, timeout=20)
+            [
+                "nvidia-smi",
+                "--query-gpu=name,memory.total,driver_version",
+                "--format=csv,noheader,nounits",
+                "-i",
+                "0",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return {}
     if out.returncode != 0 or not out.stdout.strip():
         return {}
     name, total, driver = (x.strip() for x in out.stdout.strip().splitlines()[0].split(","))
-    return {"gpu_name": name, "gpu_total_bytes": int(float(total)) * 2**20,
-            "driver_version": driver}
+    return {
+        "gpu_name": name,
+        "gpu_total_bytes": int(float(total)) * 2**20,
+        "driver_version": driver,
+    }
 
 
 def _env_fields(gpu: dict[str, Any]) -> dict[str, Any]:
@@ -70,16 +81,29 @@ def _env_fields(gpu: dict[str, Any]) -> dict[str, Any]:
 def _base_row(case: Case, run_id: str, measured_on: str, env: dict[str, Any]) -> dict[str, Any]:
     """The row of a case that produced no result of its own."""
     return {
-        "schema_version": SCHEMA_VERSION, "run_id": run_id, "case_id": case.id,
-        "kind": case.kind, "expected_status": case.expect, "measured_on": measured_on,
-        "model": case.model, "model_source": case.model_source, "model_type": case.model_type,
+        "schema_version": SCHEMA_VERSION,
+        "run_id": run_id,
+        "case_id": case.id,
+        "kind": case.kind,
+        "expected_status": case.expect,
+        "measured_on": measured_on,
+        "model": case.model,
+        "model_source": case.model_source,
+        "model_type": case.model_type,
         "num_hidden_layers": case.num_hidden_layers,
-        "full_num_hidden_layers": case.full_num_hidden_layers, "config_json": case.config,
-        "dtype": case.dtype, "precision": case.precision, "method": case.method or None,
+        "full_num_hidden_layers": case.full_num_hidden_layers,
+        "config_json": case.config,
+        "dtype": case.dtype,
+        "precision": case.precision,
+        "method": case.method or None,
         "optimizer": case.optimizer or None,
-        "gradient_checkpointing": case.gradient_checkpointing, "attn_impl": case.attn,
-        "batch": case.batch, "seq_len": case.seq_len, "new_tokens": case.new_tokens,
-        "logits_to_keep": case.logits_to_keep, **env,
+        "gradient_checkpointing": case.gradient_checkpointing,
+        "attn_impl": case.attn,
+        "batch": case.batch,
+        "seq_len": case.seq_len,
+        "new_tokens": case.new_tokens,
+        "logits_to_keep": case.logits_to_keep,
+        **env,
     }
 
 
@@ -101,9 +125,16 @@ def run_case(case: Case, device: str, log: Any) -> tuple[dict[str, Any] | None, 
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     cmd = [sys.executable, "-m", "bench.gpu_truth.measure_case", "--device", device]
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        cwd=REPO_ROOT,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     _current = proc
     try:
         out, err = proc.communicate(case.to_json(), timeout=case.timeout_s)
@@ -118,7 +149,7 @@ def run_case(case: Case, device: str, log: Any) -> tuple[dict[str, Any] | None, 
     row = None
     for line in (out or "").splitlines():
         if line.startswith(RESULT_MARKER):
-            row = json.loads(line[len(RESULT_MARKER):])
+            row = json.loads(line[len(RESULT_MARKER) :])
     if row is None and not note:
         tail = " | ".join((err or "").strip().splitlines()[-3:])[-300:]
         note = f"worker exited with code {proc.returncode} and no result: {tail}"
@@ -133,17 +164,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--shrink", action="store_true", help="tiny dimensions, same structure")
     ap.add_argument("--out", help="CSV to write (required unless --plan)")
-    ap.add_argument("--budget-s", type=float, default=0.0,
-                    help="start no case whose estimate would end past this many seconds "
-                         "from the start (0 = no limit); skipped cases get status skipped")
+    ap.add_argument(
+        "--budget-s",
+        type=float,
+        default=0.0,
+        help="start no case whose estimate would end past this many seconds "
+        "from the start (0 = no limit); skipped cases get status skipped",
+    )
     ap.add_argument("--run-id", default="")
     ap.add_argument("--plan", action="store_true", help="print the cases and H200 estimate")
-    ap.add_argument("--strict", action="store_true",
-                    help="exit 1 if any case's status differs from the one it expects")
+    ap.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 1 if any case's status differs from the one it expects",
+    )
     a = ap.parse_args(argv)
 
-    cases = select(load_cases(a.cases), a.list.split(","),
-                   [x for x in a.only.split(",") if x] or None)
+    cases = select(
+        load_cases(a.cases), a.list.split(","), [x for x in a.only.split(",") if x] or None
+    )
     if a.shrink:
         cases = [shrink(c) for c in cases]
     if not cases:
@@ -171,10 +210,15 @@ def main(argv: list[str] | None = None) -> int:
     counts: dict[str, int] = {}
     surprises: list[str] = []
     t_start = time.perf_counter()
-    print(f"gpu_truth: {len(cases)} cases on {a.device} ({gpu.get('gpu_name', 'no GPU')}), "
-          f"estimate {sum(estimates.values()):.0f} s on an H200 -> {out}", file=sys.stderr)
-    with open(out, "w", newline="", encoding="utf-8") as f, \
-            open(str(out) + ".log", "w", encoding="utf-8") as log:
+    print(
+        f"gpu_truth: {len(cases)} cases on {a.device} ({gpu.get('gpu_name', 'no GPU')}), "
+        f"estimate {sum(estimates.values()):.0f} s on an H200 -> {out}",
+        file=sys.stderr,
+    )
+    with (
+        open(out, "w", newline="", encoding="utf-8") as f,
+        open(str(out) + ".log", "w", encoding="utf-8") as log,
+    ):
         writer = csv.writer(f)
         writer.writerow(COLUMN_NAMES)
         f.flush()
@@ -186,8 +230,10 @@ def main(argv: list[str] | None = None) -> int:
             if missing:
                 row.update(status="skipped", error=f"not installed: {', '.join(missing)}")
             elif a.budget_s and elapsed + estimates[case.id] > a.budget_s:
-                row.update(status="skipped",
-                           error=f"time budget: {elapsed:.0f} s gone of {a.budget_s:.0f} s")
+                row.update(
+                    status="skipped",
+                    error=f"time budget: {elapsed:.0f} s gone of {a.budget_s:.0f} s",
+                )
             else:
                 result, note, wall = run_case(case, a.device, log)
                 if result is not None:
@@ -205,19 +251,33 @@ def main(argv: list[str] | None = None) -> int:
                 surprises.append(f"{case.id}: {row['status']} (expected {case.expect})")
             peak = row.get("peak_allocated_bytes")
             figure = f"peak {peak / GiB:.2f} GiB" if peak else ""
-            print(f"[{i}/{len(cases)}] {row['status']:7s} {case.id} {figure} "
-                  f"{wall:.1f} s (est {estimates[case.id]:.0f}) {row.get('error') or ''}",
-                  file=sys.stderr)
+            print(
+                f"[{i}/{len(cases)}] {row['status']:7s} {case.id} {figure} "
+                f"{wall:.1f} s (est {estimates[case.id]:.0f}) {row.get('error') or ''}",
+                file=sys.stderr,
+            )
     total = time.perf_counter() - t_start
     digest = hashlib.sha256(Path(a.cases).read_bytes()).hexdigest()
-    meta = {"run_id": run_id, "schema_version": SCHEMA_VERSION, "lists": a.list,
-            "only": a.only, "shrink": a.shrink, "device": a.device,
-            "cases_file": str(a.cases), "cases_sha256": digest, "started_utc": stamp,
-            "wall_s": round(total, 1), "estimate_s": round(sum(estimates.values()), 1),
-            "counts": counts, "surprises": surprises, **env}
+    meta = {
+        "run_id": run_id,
+        "schema_version": SCHEMA_VERSION,
+        "lists": a.list,
+        "only": a.only,
+        "shrink": a.shrink,
+        "device": a.device,
+        "cases_file": str(a.cases),
+        "cases_sha256": digest,
+        "started_utc": stamp,
+        "wall_s": round(total, 1),
+        "estimate_s": round(sum(estimates.values()), 1),
+        "counts": counts,
+        "surprises": surprises,
+        **env,
+    }
     Path(str(out) + ".meta.json").write_text(json.dumps(meta, indent=1) + "\n")
-    print(f"gpu_truth: done in {total:.0f} s: {counts}; {len(surprises)} surprises",
-          file=sys.stderr)
+    print(
+        f"gpu_truth: done in {total:.0f} s: {counts}; {len(surprises)} surprises", file=sys.stderr
+    )
     for s in surprises:
         print(f"  surprise: {s}", file=sys.stderr)
     return 1 if a.strict and surprises else 0

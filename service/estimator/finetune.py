@@ -91,6 +91,8 @@ class FinetuneRequest:
     embeddings, the rest of the layers and lm_head stay frozen. ``weight_format``: storage of
     the frozen base for LoRA/QLoRA (default the model's dtype, ``nf4`` for QLoRA); full and
     freeze fine-tuning keep the whole model in the precision's weight dtype.
+    ``quantized_base_saves_inputs`` (QLoRA only): the quantized base linears keep their input
+    for backward, as bitsandbytes did before 0.43.2 (July 2024); recent versions do not.
     """
 
     architecture: Architecture
@@ -112,6 +114,7 @@ class FinetuneRequest:
     tensor_parallel_size: int = 1
     pipeline_parallel_size: int = 1
     sequence_parallel: bool = False
+    quantized_base_saves_inputs: bool = False
 
 
 # ------------------------------------------------------------------------------------------
@@ -428,6 +431,8 @@ def _static(req: FinetuneRequest) -> _Static:
             checkpointing=req.gradient_checkpointing,
             tp=tp,
             sp=req.sequence_parallel,
+            frozen_inputs_kept=req.quantized_base_saves_inputs and base_fmt.quantized
+            and is_lora,
         )
         coef = activation_coefficients(setup)
         r = stage_ranges[st]
@@ -442,6 +447,13 @@ def _static(req: FinetuneRequest) -> _Static:
             copies = int(coef.weight_copies * frac)
         elif prec.autocast and is_lora and dense_b > c:
             copies = int(coef.weight_copies * len(r) / arch.num_layers)
+        if is_lora and base_fmt.quantized:
+            # A quantized base linear is dequantized to the compute dtype for each matmul, in
+            # forward and again in backward (bitsandbytes `dequantize_4bit`): one such weight,
+            # the largest, exists at a time on top of everything kept.
+            copies += max((m.out_features // (tp if m.component != "router" else 1))
+                          * m.in_features for m in arch.linear_modules()
+                          if m.layers and m.is_nn_linear and m.component != "router") * c
         # CUDA context, workspaces and NCCL (`overhead`); a data-parallel group needs a
         # communicator of its own, priced like a tensor-parallel group within one node (ring
         # buffers are per channel, not per peer beyond the node's 8 NVLink peers).

@@ -16,6 +16,10 @@ modeling code (Llama/Qwen/Mistral/Gemma/MoE families) and of peft's LoRA layers:
   router's fp32 softmax;
 - peft LoRA keeps, per adapted module, its own copy of the module input (fp32 on a 16-bit base,
   the autocast copy under AMP) and the rank-sized intermediate;
+- bitsandbytes before 0.43.2 (its ``MatMul4Bit``/``MatMul8bitLt`` autograd functions kept
+  ``ctx.tensors = (A, B)``; removed by bitsandbytes PR #1270, July 2024): a quantized frozen
+  base linear keeps its input for backward although backward never reads it, so a QLoRA layer
+  keeps the same linear inputs as a trainable one (``frozen_inputs_kept``);
 - the loss path: 16-bit logits are returned (kept), upcast to fp32 for the cross entropy whose
   log-softmax output is kept (so 6·V bytes per token in bf16); backward starts by allocating
   two fp32 tensors of that size (8·V bytes per token);
@@ -79,6 +83,7 @@ class ActivationSetup:
     checkpointing: str
     tp: int = 1
     sp: bool = False
+    frozen_inputs_kept: bool = False  # frozen base linears keep their input (old bitsandbytes)
 
 
 @dataclass(frozen=True)
@@ -125,6 +130,25 @@ def _norm_kept(setup: ActivationSetup, dim: int, weight_trains: bool, input_grad
     return dim * (_FP32 + (setup.residual_bytes if weight_trains else 0))
 
 
+def _eager_score_bytes(setup: ActivationSetup, heads: int) -> float:
+    """Bytes per score (b·s² per layer) eager attention keeps for backward.
+
+    transformers 5.x: the fp32 softmax output and its 16-bit copy (read by the value matmul),
+    ``heads · (4 + c)``; Gemma 2's softcapping (``tanh(scores / cap) · cap``, its default
+    ``attn_logit_softcapping``) keeps the tanh output in the compute dtype as well. Qwen (v1,
+    remote code, ``softmax_in_fp32`` off by default) takes the softmax in the compute dtype,
+    whose output is what the value matmul reads (``heads · c``), and ``torch.where`` keeps
+    the layer's boolean causal mask (one byte per score, shared by the heads).
+    """
+    c = setup.compute_bytes
+    family = setup.arch.model_type
+    if family == "qwen":
+        return heads * c + 1
+    if family == "gemma2":
+        return heads * (_FP32 + 2 * c)
+    return heads * (_FP32 + c)
+
+
 @dataclass(frozen=True)
 class _LayerTerms:
     """One decoder layer's kept activations: ``inner`` is split by TP, ``outer`` by SP."""
@@ -142,7 +166,10 @@ def _consumer_input(
     (autocast copy of the) input once if any base weight trains, plus a copy per adapter."""
     c = setup.compute_bytes
     kept = 0.0
-    if layer_trains and setup.base_trainable:
+    base_keeps = (layer_trains and setup.base_trainable) or (
+        setup.frozen_inputs_kept and any(m.component != "router" for m in consumers)
+    )
+    if base_keeps:
         kept += dim * c  # norm output (or its autocast copy), shared by the projections
     n_lora = sum(1 for m in consumers if m.name in setup.lora_names)
     if n_lora:
@@ -199,14 +226,15 @@ def _layer_terms(setup: ActivationSetup, i: int, grad_flows: bool) -> _LayerTerm
         # repeat_kv copies k/v to every head; scores: fp32 softmax + 16-bit probabilities.
         inner += (attn_q + heads * hd + heads * vhd) * c + out_width * c
         if setup.checkpointing != "selective":
-            quad += heads * (_FP32 + c)
+            quad += _eager_score_bytes(setup, heads)
     else:
         inner += (attn_q + attn_k + attn_v + out_width) * c
         if setup.checkpointing != "selective":
             inner += heads * _FP32  # log-sum-exp
-    inner += _consumer_input(setup, out_width, pick("o_proj", "dense", "c_proj"), layer_trains) - (
-        out_width * c if layer_trains and setup.base_trainable and setup.attention != "eager"
-        else 0.0
+    o_proj = pick("o_proj", "dense", "c_proj")
+    o_keeps = (layer_trains and setup.base_trainable) or (setup.frozen_inputs_kept and o_proj)
+    inner += _consumer_input(setup, out_width, o_proj, layer_trains) - (
+        out_width * c if o_keeps and setup.attention != "eager" else 0.0
     )  # o_proj reads the attention output as a view (already counted) except after eager
     if gemma_style:
         outer += _norm_kept(setup, h, layer_trains, True)  # post-attention norm

@@ -68,34 +68,53 @@ def test_shrink_keeps_the_architecture_and_drops_expected_oom():
 
 
 def test_unknown_case_field_is_an_error():
-    data = {"models": {"m": {"source": "x", "config": {"model_type": "llama",
-                                                         "num_hidden_layers": 2}}},
-            "cases": [{"id": "a", "kind": "train", "model": "m", "batch_size": 2}]}
+    data = {
+        "models": {"m": {"source": "x", "config": {"model_type": "llama", "num_hidden_layers": 2}}},
+        "cases": [{"id": "a", "kind": "train", "model": "m", "batch_size": 2}],
+    }
     with pytest.raises(CaseError, match="batch_size"):
         resolve(data)
 
 
 def test_inline_config_needs_a_source():
-    data = {"models": {"m": {"config": {"model_type": "llama", "num_hidden_layers": 2}}},
-            "cases": [{"id": "a", "kind": "inference-prefill", "model": "m"}]}
+    data = {
+        "models": {"m": {"config": {"model_type": "llama", "num_hidden_layers": 2}}},
+        "cases": [{"id": "a", "kind": "inference-prefill", "model": "m"}],
+    }
     with pytest.raises(CaseError, match="source"):
         resolve(data)
 
 
 def test_plan_prints_the_estimate():
-    proc = subprocess.run([sys.executable, "-m", "bench.gpu_truth.run", "--list", "default",
-                           "--plan"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.gpu_truth.run", "--list", "default", "--plan"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "total for" in proc.stdout.splitlines()[-1]
 
 
 def _ok_cuda_row(**over):
-    row = dict(schema_version=1, run_id="h200-x", case_id="c", kind="train", status="ok",
-               expected_status="ok", measured_on="cuda", method="full",
-               weights_allocated_bytes=2 * GiB, peak_allocated_bytes=9 * GiB,
-               peak_reserved_bytes=10 * GiB, config_json={"model_type": "llama"},
-               gradient_checkpointing=True, phase_peaks={"step1.forward": [1, 2]},
-               wall_s=12.5)
+    row = dict(
+        schema_version=1,
+        run_id="h200-x",
+        case_id="c",
+        kind="train",
+        status="ok",
+        expected_status="ok",
+        measured_on="cuda",
+        method="full",
+        weights_allocated_bytes=2 * GiB,
+        peak_allocated_bytes=9 * GiB,
+        peak_reserved_bytes=10 * GiB,
+        config_json={"model_type": "llama"},
+        gradient_checkpointing=True,
+        phase_peaks={"step1.forward": [1, 2]},
+        wall_s=12.5,
+    )
     row.update(over)
     return row
 
@@ -117,13 +136,16 @@ def test_reader_round_trips_types(tmp_path):
     assert r["config_json"] == {"model_type": "llama"} and r["lora_r"] is None
 
 
-@pytest.mark.parametrize("over, message", [
-    ({"status": "finished"}, "status"),
-    ({"kind": "decode"}, "kind"),
-    ({"peak_allocated_bytes": None}, "peak_allocated_bytes"),
-    ({"peak_reserved_bytes": 1 * GiB}, "reserved"),
-    ({"params": -1}, "negative"),
-])
+@pytest.mark.parametrize(
+    "over, message",
+    [
+        ({"status": "finished"}, "status"),
+        ({"kind": "decode"}, "kind"),
+        ({"peak_allocated_bytes": None}, "peak_allocated_bytes"),
+        ({"peak_reserved_bytes": 1 * GiB}, "reserved"),
+        ({"params": -1}, "negative"),
+    ],
+)
 def test_reader_rejects_bad_rows(tmp_path, over, message):
     path = _write(tmp_path / "r.csv", [_ok_cuda_row(), _ok_cuda_row(**over)])
     with pytest.raises(ResultsSchemaError, match=message) as e:
@@ -139,8 +161,13 @@ def test_reader_rejects_a_missing_column(tmp_path):
 
 
 def test_oom_row_without_figures_is_valid(tmp_path):
-    row = _ok_cuda_row(status="oom", expected_status="oom", peak_allocated_bytes=None,
-                       peak_reserved_bytes=None, error="OutOfMemoryError: ...")
+    row = _ok_cuda_row(
+        status="oom",
+        expected_status="oom",
+        peak_allocated_bytes=None,
+        peak_reserved_bytes=None,
+        error="OutOfMemoryError: ...",
+    )
     assert read_results(_write(tmp_path / "r.csv", [row]))[0]["status"] == "oom"
 
 

@@ -29,10 +29,14 @@ pytestmark = [pytest.mark.reference, pytest.mark.slow]
 
 # tiny-llama: hidden 64, intermediate 128, 4 heads x 16, 2 KV heads, vocab 512, 2 layers, tied.
 _H, _I, _KV, _V, _L = 64, 128, 2 * 16, 512, 2
-_PER_LAYER = (_H * _H + 2 * _H * _KV + _H * _H  # q, k, v, o (no bias)
-              + 3 * _H * _I                     # gate, up, down
-              + 2 * _H)                         # two RMSNorm weights
-BASE_PARAMS = _V * _H + _L * _PER_LAYER + _H     # tied embedding, layers, final norm
+_PER_LAYER = (
+    _H * _H
+    + 2 * _H * _KV
+    + _H * _H  # q, k, v, o (no bias)
+    + 3 * _H * _I  # gate, up, down
+    + 2 * _H
+)  # two RMSNorm weights
+BASE_PARAMS = _V * _H + _L * _PER_LAYER + _H  # tied embedding, layers, final norm
 # LoRA r=16 on the seven projections adds r * (in + out) per projection.
 _R = 16
 LORA_PARAMS = _L * _R * ((_H + _H) + 2 * (_H + _KV) + (_H + _H) + 2 * (_H + _I) + (_I + _H))
@@ -42,9 +46,23 @@ LORA_PARAMS = _L * _R * ((_H + _H) + 2 * (_H + _KV) + (_H + _H) + 2 * (_H + _I) 
 def dry_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess]:
     out = tmp_path_factory.mktemp("gpu_truth") / "dry.csv"
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.gpu_truth.run", "--device", "cpu", "--strict",
-         "--only", ",".join(CASES), "--out", str(out)],
-        cwd=REPO, capture_output=True, text=True, timeout=240)
+        [
+            sys.executable,
+            "-m",
+            "bench.gpu_truth.run",
+            "--device",
+            "cpu",
+            "--strict",
+            "--only",
+            ",".join(CASES),
+            "--out",
+            str(out),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     return out, proc
 
 
