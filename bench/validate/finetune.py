@@ -32,8 +32,7 @@ SHARED = REPO.parent / "shared"
 TRACER_DATA = HERE / "data" / "train_tracer.jsonl"
 MEASUREMENTS = SHARED / "validation" / "finetune_measurements.csv"
 
-TRACER_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
-                       "down_proj")
+TRACER_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
 @dataclass(frozen=True)
@@ -89,8 +88,14 @@ def tracer_cases() -> list[Case]:
     for rec in tracer_records():
         est = estimate_finetune(tracer_request(rec))
         measured = rec["tracer"]["peak"]["Total"]  # type: ignore[index]
-        out.append(Case(str(rec["id"]), float(measured),
-                        float(est.details["allocated_peak_bytes"]), "allocated peak"))
+        out.append(
+            Case(
+                str(rec["id"]),
+                float(measured),
+                float(est.details["allocated_peak_bytes"]),
+                "allocated peak",
+            )
+        )
     return out
 
 
@@ -101,26 +106,64 @@ def tracer_cases() -> list[Case]:
 # Public config.json fields of the models the stated rows name (source: the HF repo given).
 _PUBLISHED_CONFIGS: dict[str, dict[str, object]] = {
     # meta-llama/Llama-2-7b-hf
-    "llama-2-7b": {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096,
-                   "intermediate_size": 11008, "num_attention_heads": 32,
-                   "num_key_value_heads": 32, "vocab_size": 32000,
-                   "tie_word_embeddings": False, "torch_dtype": "float16"},
+    "llama-2-7b": {
+        "model_type": "llama",
+        "num_hidden_layers": 32,
+        "hidden_size": 4096,
+        "intermediate_size": 11008,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 32,
+        "vocab_size": 32000,
+        "tie_word_embeddings": False,
+        "torch_dtype": "float16",
+    },
     # meta-llama/Llama-2-13b-hf
-    "llama-2-13b": {"model_type": "llama", "num_hidden_layers": 40, "hidden_size": 5120,
-                    "intermediate_size": 13824, "num_attention_heads": 40,
-                    "num_key_value_heads": 40, "vocab_size": 32000,
-                    "tie_word_embeddings": False, "torch_dtype": "float16"},
+    "llama-2-13b": {
+        "model_type": "llama",
+        "num_hidden_layers": 40,
+        "hidden_size": 5120,
+        "intermediate_size": 13824,
+        "num_attention_heads": 40,
+        "num_key_value_heads": 40,
+        "vocab_size": 32000,
+        "tie_word_embeddings": False,
+        "torch_dtype": "float16",
+    },
     # Qwen/Qwen-1_8B-Chat, Qwen/Qwen-7B-Chat, Qwen/Qwen-14B-Chat (intermediate_size is twice
     # the MLP width in this family's config)
-    "qwen-1_8b": {"model_type": "qwen", "num_hidden_layers": 24, "hidden_size": 2048,
-                  "intermediate_size": 11008, "num_attention_heads": 16, "vocab_size": 151936,
-                  "kv_channels": 128, "tie_word_embeddings": False, "torch_dtype": "bfloat16"},
-    "qwen-7b": {"model_type": "qwen", "num_hidden_layers": 32, "hidden_size": 4096,
-                "intermediate_size": 22016, "num_attention_heads": 32, "vocab_size": 151936,
-                "kv_channels": 128, "tie_word_embeddings": False, "torch_dtype": "bfloat16"},
-    "qwen-14b": {"model_type": "qwen", "num_hidden_layers": 40, "hidden_size": 5120,
-                 "intermediate_size": 27392, "num_attention_heads": 40, "vocab_size": 152064,
-                 "kv_channels": 128, "tie_word_embeddings": False, "torch_dtype": "bfloat16"},
+    "qwen-1_8b": {
+        "model_type": "qwen",
+        "num_hidden_layers": 24,
+        "hidden_size": 2048,
+        "intermediate_size": 11008,
+        "num_attention_heads": 16,
+        "vocab_size": 151936,
+        "kv_channels": 128,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    },
+    "qwen-7b": {
+        "model_type": "qwen",
+        "num_hidden_layers": 32,
+        "hidden_size": 4096,
+        "intermediate_size": 22016,
+        "num_attention_heads": 32,
+        "vocab_size": 151936,
+        "kv_channels": 128,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    },
+    "qwen-14b": {
+        "model_type": "qwen",
+        "num_hidden_layers": 40,
+        "hidden_size": 5120,
+        "intermediate_size": 27392,
+        "num_attention_heads": 40,
+        "vocab_size": 152064,
+        "kv_channels": 128,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    },
 }
 
 # Settings the sources state, beyond the CSV columns: LitGPT's resource tables ran
@@ -147,7 +190,8 @@ def _litgpt_rows(rows: list[dict[str, str]]) -> Iterator[tuple[str, float, Finet
             method="qlora" if method.startswith("QLoRA") else "lora",
             lora=LoraSpec(rank=8, target_modules=("q_proj", "v_proj")),
             weight_format=("nf4" if method.endswith("dq") else "nf4-single")
-            if method.startswith("QLoRA") else "bf16",
+            if method.startswith("QLoRA")
+            else "bf16",
             precision="bf16",
             batch_size=int(r["micro_batch"]),
             sequence_length=_LITGPT_SEQ[model],
@@ -155,8 +199,11 @@ def _litgpt_rows(rows: list[dict[str, str]]) -> Iterator[tuple[str, float, Finet
             # the tables state bitsandbytes 0.41.1, whose 4-bit matmul kept its input
             quantized_base_saves_inputs=True,
         )
-        yield (f"LitGPT {r['model']} {method} b{r['micro_batch']}",
-               float(r["measured_value"]) * 1e9, req)
+        yield (
+            f"LitGPT {r['model']} {method} b{r['micro_batch']}",
+            float(r["measured_value"]) * 1e9,
+            req,
+        )
 
 
 def _split(v: str) -> list[str]:
@@ -182,16 +229,22 @@ def _swift_rows(
     for r in rows:
         if not r["source"].startswith("ms-swift") or r["unit"] != "MiB":
             continue
-        model = {"qwen-1_8b-chat": "qwen-1_8b", "qwen-7b-chat": "qwen-7b",
-                 "qwen-14b-chat": "qwen-14b"}.get(r["model"])
+        model = {
+            "qwen-1_8b-chat": "qwen-1_8b",
+            "qwen-7b-chat": "qwen-7b",
+            "qwen-14b-chat": "qwen-14b",
+        }.get(r["model"])
         if model is None or r["precision_or_quant"] != "bf16":
             continue
         method = r["method"]
         if not (method in ("full", "LoRA") or method.startswith("LoRA (FA")):
             continue
         arch = Architecture.from_hf_config(_PUBLISHED_CONFIGS[model])
-        seqs, batches, values = _split(r["seq_len"]), _split(r["micro_batch"]), _split(
-            r["measured_value"])
+        seqs, batches, values = (
+            _split(r["seq_len"]),
+            _split(r["micro_batch"]),
+            _split(r["measured_value"]),
+        )
         gc = "full" if r["grad_ckpt"] == "yes" else "none"
         attention = "eager" if "FA off" in method else "flash"
         for i, value in enumerate(values):
@@ -210,8 +263,12 @@ def _swift_rows(
                 attention=attention,
             )
             reason = SWIFT_LONG_REASON if seq > _SWIFT_MEAN_TOKENS else None
-            yield (f"ms-swift {r['model']} {method} s{seq} b{batch}",
-                   float(value) * 2**20, req, reason)
+            yield (
+                f"ms-swift {r['model']} {method} s{seq} b{batch}",
+                float(value) * 2**20,
+                req,
+                reason,
+            )
 
 
 def _rows() -> list[dict[str, str]]:
@@ -226,8 +283,9 @@ def published_cases() -> list[Case]:
     out = []
     for name, measured, req in _litgpt_rows(rows):
         est = estimate_finetune(req)
-        out.append(Case(name, measured, float(est.details["allocated_peak_bytes"]),
-                        "max_memory_allocated"))
+        out.append(
+            Case(name, measured, float(est.details["allocated_peak_bytes"]), "max_memory_allocated")
+        )
     for name, measured, req, reason in _swift_rows(rows):
         if reason is not None:
             continue
@@ -256,20 +314,27 @@ def excluded_swift_cases() -> list[Case]:
 # not stated, or the estimator does not model the method/architecture).
 PUBLISHED_EXCLUSIONS: tuple[tuple[str, str], ...] = (
     ("ms-swift Qwen max_length 4096 / 8192", SWIFT_LONG_REASON),
-    ("PEFT README (T0_3B, mt0-xxl, bloomz-7b1)",
-     "precision, sequence length and micro-batch not stated; encoder-decoder / BLOOM "
-     "architectures not modelled"),
-    ("LitGPT config_hub (all rows)",
-     "gradient checkpointing not stated ('?'); sequence is the 512-token cap of a variable-"
-     "length dataset"),
-    ("LitGPT resource-tables, phi-1.5 and StableLM Alpha",
-     "architectures (phi, gpt_neox) not modelled by the estimator"),
+    (
+        "PEFT README (T0_3B, mt0-xxl, bloomz-7b1)",
+        "precision, sequence length and micro-batch not stated; encoder-decoder / BLOOM "
+        "architectures not modelled",
+    ),
+    (
+        "LitGPT config_hub (all rows)",
+        "gradient checkpointing not stated ('?'); sequence is the 512-token cap of a variable-"
+        "length dataset",
+    ),
+    (
+        "LitGPT resource-tables, phi-1.5 and StableLM Alpha",
+        "architectures (phi, gpt_neox) not modelled by the estimator",
+    ),
     ("LitGPT resource-tables, Adapter / Adapter-v2", "method not modelled (LLaMA-Adapter)"),
-    ("LitGPT resource-tables, 2 and 4 GPUs",
-     "sharding strategy (FSDP settings) not stated"),
+    ("LitGPT resource-tables, 2 and 4 GPUs", "sharding strategy (FSDP settings) not stated"),
     ("ms-swift GPTQ rows", "GPTQ-quantized training path (auto_gptq kernels) not modelled"),
-    ("ms-swift bnb int4, chatglm3 / yi / openbuddy-mistral rows",
-     "not yet compared: model configs and per-model LoRA targets not collected here"),
+    (
+        "ms-swift bnb int4, chatglm3 / yi / openbuddy-mistral rows",
+        "not yet compared: model configs and per-model LoRA targets not collected here",
+    ),
     ("HF llm_tutorial_optimization rows", "inference, not fine-tuning"),
 )
 
@@ -291,15 +356,20 @@ def summarize(cases: list[Case]) -> Summary:
     if not cases:
         return Summary(0, 0.0, 0.0, 0.0)
     errs = [c.error for c in cases]
-    return Summary(len(cases), statistics.median(abs(e) for e in errs),
-                   max(abs(e) for e in errs), min(0.0, min(errs)))
+    return Summary(
+        len(cases),
+        statistics.median(abs(e) for e in errs),
+        max(abs(e) for e in errs),
+        min(0.0, min(errs)),
+    )
 
 
 def _table(cases: list[Case]) -> list[str]:
     lines = ["| case | measured GiB | estimated GiB | error |", "|---|---:|---:|---:|"]
     for c in cases:
-        lines.append(f"| {c.name} | {c.measured / 2**30:.2f} | {c.estimated / 2**30:.2f} | "
-                     f"{c.error:+.1%} |")
+        lines.append(
+            f"| {c.name} | {c.measured / 2**30:.2f} | {c.estimated / 2**30:.2f} | {c.error:+.1%} |"
+        )
     return lines
 
 

@@ -341,7 +341,10 @@ GRID: list[tuple[str, int | None, int, int, tuple[str, ...]]] = [
     ("Qwen/Qwen3-30B-A3B", 2, 2048, 1, ()),
     ("Qwen/Qwen3-30B-A3B", 2, 8192, 1, ("gc",)),
     ("Qwen/Qwen3-30B-A3B", 2, 1024, 2, ("lora",)),
-    ("Qwen/Qwen3-30B-A3B", 2, 512, 4, ("mixed", "fused")),
+    # No mixed-precision MoE point: with fp32 expert weights under autocast, transformers
+    # 5.24's grouped-mm experts fail (torch._grouped_mm takes bf16 only; autocast does not
+    # cast it), so that configuration does not run at all.
+    ("Qwen/Qwen3-30B-A3B", 2, 512, 4, ("fused",)),
     ("mistralai/Mixtral-8x7B-v0.1", 2, 1024, 1, ()),
     ("mistralai/Mixtral-8x7B-v0.1", 2, 4096, 2, ("gc", "fused")),
     ("mistralai/Mixtral-8x7B-v0.1", 2, 2048, 1, ("lora",)),

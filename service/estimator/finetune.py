@@ -275,8 +275,11 @@ def _static(req: FinetuneRequest) -> _Static:
         base_fmt_name = req.weight_format or ("nf4" if method == "qlora" else arch.dtype)
         base_fmt = get_format(base_fmt_name)
     else:
-        base_fmt = get_format({4: "fp32", 2: "bf16"}[master] if not deepspeed_mixed else
-                              {2: prec.compute}.get(c, "fp32"))
+        base_fmt = get_format(
+            {4: "fp32", 2: "bf16"}[master]
+            if not deepspeed_mixed
+            else {2: prec.compute}.get(c, "fp32")
+        )
     dense_base = "bf16" if base_fmt.quantized else base_fmt.name
     dense_b = int(bytes_per_element(dense_base))
 
@@ -323,9 +326,11 @@ def _static(req: FinetuneRequest) -> _Static:
             if st == 0:
                 total_params += m.params_per_instance * m.count if st == stage_ids[0] else 0
             if m.layers:
-                trains_layers = sum(
-                    1 for i in m.layers if i in stage_ranges[st] and i >= trainable_from
-                ) if not is_lora else 0
+                trains_layers = (
+                    sum(1 for i in m.layers if i in stage_ranges[st] and i >= trainable_from)
+                    if not is_lora
+                    else 0
+                )
             else:
                 trains_layers = 1 if (method == "full" and n_here) else 0
             if method == "full":
@@ -343,9 +348,10 @@ def _static(req: FinetuneRequest) -> _Static:
                 k = per_layer_inst * frozen_layers
                 quantized = base_fmt.quantized and m.component not in ("lm_head", "router")
                 if quantized:
-                    w_bytes += linear_weight_bytes(
-                        base_fmt, m.in_features, m.out_features // split
-                    ) * k + (m.bias_numel // split) * k * dense_b
+                    w_bytes += (
+                        linear_weight_bytes(base_fmt, m.in_features, m.out_features // split) * k
+                        + (m.bias_numel // split) * k * dense_b
+                    )
                 else:
                     w_bytes += m.params_per_instance * k // split * dense_b
             if m.layers:
@@ -363,8 +369,7 @@ def _static(req: FinetuneRequest) -> _Static:
             if g.is_buffer:
                 continue
             n_here = on_stage(g.layers, st, g.component)
-            if g.component == "embeddings" and pp > 1 and arch.tie_word_embeddings \
-                    and st == pp - 1:
+            if g.component == "embeddings" and pp > 1 and arch.tie_word_embeddings and st == pp - 1:
                 n_here = 1  # the last stage holds its own copy of a tied lm_head
             if not n_here:
                 continue
@@ -375,10 +380,19 @@ def _static(req: FinetuneRequest) -> _Static:
                     method == "freeze"
                     and any(i >= trainable_from for i in g.layers if i in stage_ranges[st])
                 )
-                trains_n = g.numel * g.per_layer * sum(
-                    1 for i in g.layers if i in stage_ranges[st]
-                    and (method == "full" or (method == "freeze" and i >= trainable_from))
-                ) // split if trains else 0
+                trains_n = (
+                    g.numel
+                    * g.per_layer
+                    * sum(
+                        1
+                        for i in g.layers
+                        if i in stage_ranges[st]
+                        and (method == "full" or (method == "freeze" and i >= trainable_from))
+                    )
+                    // split
+                    if trains
+                    else 0
+                )
             else:
                 trains_n = numel if method == "full" else 0
             w_bytes += trains_n * train_w + (numel - trains_n) * dense_b
@@ -413,9 +427,11 @@ def _static(req: FinetuneRequest) -> _Static:
                 tied_transient //= plan.dp
 
         # Activations.
-        residual_b = train_w if method == "full" or (
-            method == "freeze" and trainable_from == 0) else (
-            dense_b if not base_fmt.quantized else c)
+        residual_b = (
+            train_w
+            if method == "full" or (method == "freeze" and trainable_from == 0)
+            else (dense_b if not base_fmt.quantized else c)
+        )
         if method in ("full", "freeze"):
             residual_b = master if not deepspeed_mixed else c
         setup = ActivationSetup(
@@ -431,29 +447,33 @@ def _static(req: FinetuneRequest) -> _Static:
             checkpointing=req.gradient_checkpointing,
             tp=tp,
             sp=req.sequence_parallel,
-            frozen_inputs_kept=req.quantized_base_saves_inputs and base_fmt.quantized
-            and is_lora,
+            frozen_inputs_kept=req.quantized_base_saves_inputs and base_fmt.quantized and is_lora,
         )
         coef = activation_coefficients(setup)
-        r = stage_ranges[st]
+        layer_range = stage_ranges[st]
         in_flight = pp - st  # 1F1B: stage i holds pp - i micro-batches
-        lin = sum(coef.layer_lin[i] for i in r) * in_flight
-        quad = sum(coef.layer_quad[i] for i in r) * in_flight
+        lin = sum(coef.layer_lin[i] for i in layer_range) * in_flight
+        quad = sum(coef.layer_quad[i] for i in layer_range) * in_flight
         last = st == pp - 1
         copies = 0
         if prec.autocast and (not is_lora and not deepspeed_mixed):
             # autocast's 16-bit copies of this stage's fp32 linear weights
-            frac = len(r) / arch.num_layers
+            frac = len(layer_range) / arch.num_layers
             copies = int(coef.weight_copies * frac)
         elif prec.autocast and is_lora and dense_b > c:
-            copies = int(coef.weight_copies * len(r) / arch.num_layers)
+            copies = int(coef.weight_copies * len(layer_range) / arch.num_layers)
         if is_lora and base_fmt.quantized:
             # A quantized base linear is dequantized to the compute dtype for each matmul, in
             # forward and again in backward (bitsandbytes `dequantize_4bit`): one such weight,
             # the largest, exists at a time on top of everything kept.
-            copies += max((m.out_features // (tp if m.component != "router" else 1))
-                          * m.in_features for m in arch.linear_modules()
-                          if m.layers and m.is_nn_linear and m.component != "router") * c
+            copies += (
+                max(
+                    (m.out_features // (tp if m.component != "router" else 1)) * m.in_features
+                    for m in arch.linear_modules()
+                    if m.layers and m.is_nn_linear and m.component != "router"
+                )
+                * c
+            )
         # CUDA context, workspaces and NCCL (`overhead`); a data-parallel group needs a
         # communicator of its own, priced like a tensor-parallel group within one node (ring
         # buffers are per channel, not per peer beyond the node's 8 NVLink peers).
@@ -484,12 +504,13 @@ def _static(req: FinetuneRequest) -> _Static:
         trainable = adapter_parameters(arch, req.lora)
     elif method == "freeze":
         trainable = sum(
-            m.params_per_instance * m.per_layer
-            * sum(1 for i in m.layers if i >= trainable_from)
-            for m in arch.linear_modules() if m.layers and not m.tied
+            m.params_per_instance * m.per_layer * sum(1 for i in m.layers if i >= trainable_from)
+            for m in arch.linear_modules()
+            if m.layers and not m.tied
         ) + sum(
             g.numel * g.per_layer * sum(1 for i in g.layers if i >= trainable_from)
-            for g in arch.parameter_groups() if g.layers and not g.is_buffer
+            for g in arch.parameter_groups()
+            if g.layers and not g.is_buffer
         )
     else:
         trainable = sum(m.parameters for m in arch.linear_modules()) + sum(
@@ -499,18 +520,26 @@ def _static(req: FinetuneRequest) -> _Static:
         g.parameters for g in arch.parameter_groups()
     )
     dp = plan.dp
-    cpu = cpu_total * (dp if req.zero_stage == 0 else 1) * (pp if pp > 1 else 1) // max(
-        len(stage_ids), 1)
+    cpu = (
+        cpu_total
+        * (dp if req.zero_stage == 0 else 1)
+        * (pp if pp > 1 else 1)
+        // max(len(stage_ids), 1)
+    )
     assumptions += _assumptions(req, prec.name, base_fmt.name, deepspeed_mixed, opt.paged)
     details = (
         ("trainable_parameters", trainable),
         ("total_parameters", total),
-        ("weights_dtype", base_fmt.name if is_lora else prec.master if not deepspeed_mixed
-         else prec.compute),
+        (
+            "weights_dtype",
+            base_fmt.name if is_lora else prec.master if not deepspeed_mixed else prec.compute,
+        ),
         ("trainable_dtype", ADAPTER_DTYPE if is_lora else prec.master),
         ("compute_dtype", prec.compute),
-        ("gradient_dtype", ADAPTER_DTYPE if is_lora else (prec.compute if deepspeed_mixed
-                                                          else prec.grad)),
+        (
+            "gradient_dtype",
+            ADAPTER_DTYPE if is_lora else (prec.compute if deepspeed_mixed else prec.grad),
+        ),
         ("optimizer_state_layout", opt.description),
         ("data_parallel_size", dp),
     )
@@ -573,16 +602,34 @@ def _stage_phases(stg: _Stage, b: int, s: int) -> tuple[str, int, dict[str, int]
     step = base + stg.states_step + stg.gradients + stg.update_temp
     if fb_total >= bw_end and fb_total >= step:
         phase = "forward" if fw >= bw and fw >= recompute else "backward"
-        parts = {"weights": stg.weights + stg.buffers, "gradients": 0,
-                 "optimizer_states": stg.states, "activations": int(act_fb)}
+        parts = {
+            "weights": stg.weights + stg.buffers,
+            "gradients": 0,
+            "optimizer_states": stg.states,
+            "activations": int(act_fb),
+        }
         return phase, int(fb_total), parts
     if bw_end >= step:
-        return "backward_end", int(bw_end), {
-            "weights": stg.weights + stg.buffers, "gradients": stg.gradients + stg.tied_transient,
-            "optimizer_states": stg.states, "activations": 0}
-    return "optimizer_step", int(step), {
-        "weights": stg.weights + stg.buffers, "gradients": stg.gradients,
-        "optimizer_states": stg.states_step + stg.update_temp, "activations": 0}
+        return (
+            "backward_end",
+            int(bw_end),
+            {
+                "weights": stg.weights + stg.buffers,
+                "gradients": stg.gradients + stg.tied_transient,
+                "optimizer_states": stg.states,
+                "activations": 0,
+            },
+        )
+    return (
+        "optimizer_step",
+        int(step),
+        {
+            "weights": stg.weights + stg.buffers,
+            "gradients": stg.gradients,
+            "optimizer_states": stg.states_step + stg.update_temp,
+            "activations": 0,
+        },
+    )
 
 
 def _evaluate(st: _Static, b: int, s: int) -> tuple[str, int, dict[str, int]]:
@@ -623,10 +670,12 @@ def _phase_lines(st: _Static) -> tuple[tuple[float, float, float], ...]:
         out.append((float(k), g.lin + g.head + g.fw_transient, g.quad))
         out.append((float(k), g.lin + g.head + g.bw_transient, g.quad))
         out.append((float(k), g.lin + g.recompute_lin, g.quad + g.recompute_quad))
-        out.append((float(g.weights + g.buffers + g.states + g.gradients + g.tied_transient),
-                    0.0, 0.0))
-        out.append((float(g.weights + g.buffers + g.states_step + g.gradients + g.update_temp),
-                    0.0, 0.0))
+        out.append(
+            (float(g.weights + g.buffers + g.states + g.gradients + g.tied_transient), 0.0, 0.0)
+        )
+        out.append(
+            (float(g.weights + g.buffers + g.states_step + g.gradients + g.update_temp), 0.0, 0.0)
+        )
     return tuple(out)
 
 
@@ -661,8 +710,9 @@ def _solve_max(st: _Static, usable: int, b: int | None, s: int | None, cap: int)
     n = min(int(best), cap)
 
     def fits(x: int) -> bool:
-        return (_per_gpu_bytes(st, x, s) if s is not None
-                else _per_gpu_bytes(st, b or 1, x)) <= usable
+        return (
+            _per_gpu_bytes(st, x, s) if s is not None else _per_gpu_bytes(st, b or 1, x)
+        ) <= usable
 
     while n >= 1 and not fits(n):
         n -= 1 if n < 64 else max(1, n // 1000)
@@ -680,7 +730,8 @@ def _static_key(req: FinetuneRequest) -> FinetuneRequest:
 
 
 _STATIC_FIELDS: tuple[str, ...] = tuple(
-    f.name for f in dataclasses.fields(FinetuneRequest)
+    f.name
+    for f in dataclasses.fields(FinetuneRequest)
     if f.name not in ("batch_size", "sequence_length")
 )
 _PREPARED: dict[tuple[object, ...], _Static] = {}
@@ -821,4 +872,3 @@ def _min_gpu_count(req: FinetuneRequest, b: int, s: int, usable: int) -> int | N
         else:
             lo = mid
     return hi * mp
-

@@ -52,8 +52,10 @@ def target_names(arch: Architecture) -> tuple[str, ...]:
 
 
 def _matches(target: str, module: LinearModule) -> bool:
-    return module.name == target or module.name.endswith("." + target) or (
-        module.path == target or module.path.endswith("." + target)
+    return (
+        module.name == target
+        or module.name.endswith("." + target)
+        or (module.path == target or module.path.endswith("." + target))
     )
 
 

@@ -65,9 +65,7 @@ def validate_plan(gpu_count: int, plan: ShardPlan) -> None:
             "offload_optimizer needs zero_stage 1, 2 or 3", field="offload_optimizer"
         )
     if plan.offload_parameters and plan.zero_stage != 3:
-        raise InvalidRequest(
-            "offload_parameters needs zero_stage 3", field="offload_parameters"
-        )
+        raise InvalidRequest("offload_parameters needs zero_stage 3", field="offload_parameters")
 
 
 def _cdiv(a: int, b: int) -> int:

@@ -22,7 +22,8 @@ modeling code (Llama/Qwen/Mistral/Gemma/MoE families) and of peft's LoRA layers:
   keeps the same linear inputs as a trainable one (``frozen_inputs_kept``);
 - the loss path: 16-bit logits are returned (kept), upcast to fp32 for the cross entropy whose
   log-softmax output is kept (so 6·V bytes per token in bf16); backward starts by allocating
-  two fp32 tensors of that size (8·V bytes per token);
+  two fp32 tensors of that size (8·V bytes per token); Gemma 2's final logit softcapping
+  keeps its tanh output too (2·V more);
 - AMP: autocast keeps a 16-bit copy of every linear weight it cast, saved for backward.
 
 Gradient checkpointing (HF, per decoder layer, non-reentrant): ``full`` keeps each layer's
@@ -60,6 +61,11 @@ ATTENTION: tuple[str, ...] = ("flash", "sdpa", "eager")
 _FP32_NORM_FAMILIES = frozenset({"gemma", "gemma2", "gemma3_text", "gemma3"})
 _FP32 = 4
 _INT64 = 8
+# Families whose transformers config softcaps attention scores and final logits by default
+# (Gemma 2: attn_logit_softcapping 50, final_logit_softcapping 30): ``tanh(x / cap) · cap``.
+# transformers has no SDPA path for them (`_supports_sdpa = False`): without flash-attn they
+# run eager attention.
+_SOFTCAP_FAMILIES = frozenset({"gemma2"})
 
 
 @dataclass(frozen=True)
@@ -144,7 +150,7 @@ def _eager_score_bytes(setup: ActivationSetup, heads: int) -> float:
     family = setup.arch.model_type
     if family == "qwen":
         return heads * c + 1
-    if family == "gemma2":
+    if family in _SOFTCAP_FAMILIES:
         return heads * (_FP32 + 2 * c)
     return heads * (_FP32 + c)
 
@@ -250,9 +256,7 @@ def _layer_terms(setup: ActivationSetup, i: int, grad_flows: bool) -> _LayerTerm
         )
         outer += _consumer_input(setup, h, router, layer_trains)
         inner += e * _FP32 + k * 2 * _INT64  # router softmax, top-k / sort indices
-        inner += k * (
-            (h * c if experts_train else 0) + 4 * ie * c + h * c
-        )
+        inner += k * ((h * c if experts_train else 0) + 4 * ie * c + h * c)
         work_width = k * ie
         if moe.shared_expert_intermediate_size:
             si = moe.shared_expert_intermediate_size
@@ -314,6 +318,8 @@ def activation_coefficients(setup: ActivationSetup) -> ActivationCoefficients:
         head += h * c
     logits_bytes = c
     head_v = v * (logits_bytes + _FP32) / tp  # 16-bit logits + fp32 log-softmax
+    if arch.model_type in _SOFTCAP_FAMILIES:
+        head_v += v * c / tp  # final logit softcapping keeps tanh's output for backward
     fw_transient = v * (_FP32 if c != _FP32 else 0) / tp  # the fp32 upcast, freed after the loss
     bw_transient = v * 2 * _FP32 / tp
     # Autocast's 16-bit copies of linear weights (frozen ones too: backward needs them).

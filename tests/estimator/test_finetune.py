@@ -20,9 +20,15 @@ from service.estimator.finetune import (
 )
 
 LLAMA_8B = {
-    "model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096,
-    "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8,
-    "head_dim": 128, "vocab_size": 128256, "tie_word_embeddings": False,
+    "model_type": "llama",
+    "num_hidden_layers": 32,
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "vocab_size": 128256,
+    "tie_word_embeddings": False,
     "torch_dtype": "bfloat16",
 }
 ARCH = Architecture.from_hf_config(LLAMA_8B)
@@ -89,16 +95,20 @@ def test_sharding_never_raises_per_gpu():
 
 
 def test_offload_reports_cpu_bytes():
-    e = estimate_finetune(FinetuneRequest(ARCH, gpu_count=4, zero_stage=3,
-                                          offload_optimizer=True, offload_parameters=True))
+    e = estimate_finetune(
+        FinetuneRequest(
+            ARCH, gpu_count=4, zero_stage=3, offload_optimizer=True, offload_parameters=True
+        )
+    )
     assert e.cpu_bytes > 12 * N  # fp32 master + two states at least
     assert e.per_gpu["optimizer_states"] == 0
 
 
 def test_checkpointing_saves_memory():
     a = estimate_finetune(FinetuneRequest(ARCH, sequence_length=8192)).per_gpu["activations"]
-    b = estimate_finetune(FinetuneRequest(ARCH, sequence_length=8192,
-                                          gradient_checkpointing="full")).per_gpu["activations"]
+    b = estimate_finetune(
+        FinetuneRequest(ARCH, sequence_length=8192, gradient_checkpointing="full")
+    ).per_gpu["activations"]
     assert b < a / 2
 
 
@@ -148,3 +158,35 @@ def test_estimate_with_fit_is_fast():
         fit_finetune(req, 80 * 10**9, "h100")
     per_call = (time.perf_counter() - t0) / n
     assert per_call < 2e-3  # budget ~200 µs on a quiet machine; loose bound for shared CI
+
+
+def test_qlora_dequantized_weight_transient():
+    # bitsandbytes dequantizes one base weight to bf16 per matmul; the largest linear of
+    # Llama-3.1-8B is a 14336 × 4096 MLP projection: 2 · 14336 · 4096 bytes on top of the
+    # activations, absent from the same run with a bf16 base.
+    kw = dict(precision="bf16", sequence_length=64, optimizer_foreach=False)
+    e = estimate_finetune(FinetuneRequest(ARCH, method="qlora", **kw))
+    assert e.details["peak_phase"] in ("forward", "backward")
+    dense = estimate_finetune(FinetuneRequest(ARCH, method="lora", **kw))
+    diff = e.per_gpu["activations"] - dense.per_gpu["activations"]
+    assert diff == 2 * 14336 * 4096
+
+
+def test_old_bitsandbytes_inputs_only_for_quantized_bases():
+    kw = dict(precision="bf16", sequence_length=1024)
+    lora = FinetuneRequest(ARCH, method="lora", **kw)
+    assert (
+        estimate_finetune(lora).per_gpu
+        == estimate_finetune(
+            FinetuneRequest(ARCH, method="lora", quantized_base_saves_inputs=True, **kw)
+        ).per_gpu
+    )
+    q_new = estimate_finetune(FinetuneRequest(ARCH, method="qlora", **kw))
+    q_old = estimate_finetune(
+        FinetuneRequest(ARCH, method="qlora", quantized_base_saves_inputs=True, **kw)
+    )
+    # 32 layers × 1024 tokens × 2·(2h + I) bytes (q/k/v + gate/up inputs, down_proj input)
+    expected = 32 * 1024 * 2 * (2 * 4096 + 14336)
+    assert q_old.details["allocated_peak_bytes"] - q_new.details[
+        "allocated_peak_bytes"
+    ] == pytest.approx(expected, rel=1e-6)

@@ -7,15 +7,28 @@ from service.estimator.errors import InvalidRequest
 from service.estimator.lora import LoraSpec, adapter_parameters, validate_lora
 
 LLAMA_1B = {
-    "model_type": "llama", "num_hidden_layers": 16, "hidden_size": 2048,
-    "intermediate_size": 8192, "num_attention_heads": 32, "num_key_value_heads": 8,
-    "head_dim": 64, "vocab_size": 128256, "tie_word_embeddings": True,
+    "model_type": "llama",
+    "num_hidden_layers": 16,
+    "hidden_size": 2048,
+    "intermediate_size": 8192,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 64,
+    "vocab_size": 128256,
+    "tie_word_embeddings": True,
 }
 QWEN3_MOE = {
-    "model_type": "qwen3_moe", "num_hidden_layers": 2, "hidden_size": 256,
-    "intermediate_size": 512, "moe_intermediate_size": 64, "num_experts": 8,
-    "num_experts_per_tok": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-    "head_dim": 64, "vocab_size": 1000,
+    "model_type": "qwen3_moe",
+    "num_hidden_layers": 2,
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "moe_intermediate_size": 64,
+    "num_experts": 8,
+    "num_experts_per_tok": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "vocab_size": 1000,
 }
 
 
@@ -51,9 +64,14 @@ def test_matches_peft(cfg, targets):
     mt = conf.pop("model_type")
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(
-            transformers.AutoConfig.for_model(mt, **conf))
-        model = peft.get_peft_model(model, peft.LoraConfig(
-            r=8, target_modules=targets if isinstance(targets, str) else list(targets)))
+            transformers.AutoConfig.for_model(mt, **conf)
+        )
+        model = peft.get_peft_model(
+            model,
+            peft.LoraConfig(
+                r=8, target_modules=targets if isinstance(targets, str) else list(targets)
+            ),
+        )
     expected = sum(p.numel() for p in model.parameters() if p.requires_grad)
     arch = Architecture.from_hf_config(cfg)
     assert adapter_parameters(arch, LoraSpec(rank=8, target_modules=targets)) == expected

@@ -5,17 +5,32 @@ from service.estimator.architecture import Architecture
 from service.estimator.training_activations import ActivationSetup, activation_coefficients
 
 LLAMA_1B = {
-    "model_type": "llama", "num_hidden_layers": 16, "hidden_size": 2048,
-    "intermediate_size": 8192, "num_attention_heads": 32, "num_key_value_heads": 8,
-    "head_dim": 64, "vocab_size": 128256, "tie_word_embeddings": True,
+    "model_type": "llama",
+    "num_hidden_layers": 16,
+    "hidden_size": 2048,
+    "intermediate_size": 8192,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 64,
+    "vocab_size": 128256,
+    "tie_word_embeddings": True,
 }
 
 
 def _setup(**kw):
     arch = Architecture.from_hf_config(LLAMA_1B)
-    base = dict(arch=arch, compute_bytes=2, residual_bytes=2, autocast=False,
-                base_trainable=True, trainable_from=0, lora_names=frozenset(), lora_rank=16,
-                attention="sdpa", checkpointing="none")
+    base = dict(
+        arch=arch,
+        compute_bytes=2,
+        residual_bytes=2,
+        autocast=False,
+        base_trainable=True,
+        trainable_from=0,
+        lora_names=frozenset(),
+        lora_rank=16,
+        attention="sdpa",
+        checkpointing="none",
+    )
     base.update(kw)
     return ActivationSetup(**base)
 
@@ -39,11 +54,11 @@ def test_loss_path():
 
 def test_lora_keeps_more_than_full():
     # The tracer README: 79 vs 55 s·h bytes per layer for LoRA on all seven projections.
-    names = frozenset({"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
-                       "down_proj"})
+    names = frozenset({"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"})
     full = activation_coefficients(_setup()).layer_lin[0]
     lora = activation_coefficients(
-        _setup(base_trainable=False, trainable_from=16, lora_names=names)).layer_lin[5]
+        _setup(base_trainable=False, trainable_from=16, lora_names=names)
+    ).layer_lin[5]
     assert round((lora - full) / 2048) == 24
 
 
@@ -56,3 +71,60 @@ def test_checkpointing_keeps_layer_inputs_only():
 def test_eager_adds_score_matrices():
     coef = activation_coefficients(_setup(attention="eager"))
     assert coef.layer_quad[0] == 32 * (4 + 2)  # fp32 softmax + bf16 probabilities per head
+
+
+def test_old_bitsandbytes_keeps_frozen_linear_inputs():
+    # bitsandbytes < 0.43.2 kept `ctx.tensors = (A, B)` in MatMul4Bit: with every base linear
+    # frozen, each layer still keeps the q/k/v input (h, shared), the gate/up input (h,
+    # shared) and the down_proj input (the SwiGLU product, I), in bf16; o_proj reads the SDPA
+    # output already kept. Hand count: 2·(2h + I) bytes per token more than without.
+    names = frozenset({"q_proj", "v_proj"})
+    common = dict(base_trainable=False, trainable_from=16, lora_names=names)
+    new = activation_coefficients(_setup(**common)).layer_lin[3]
+    old = activation_coefficients(_setup(frozen_inputs_kept=True, **common)).layer_lin[3]
+    assert old - new == 2 * (2 * 2048 + 8192)
+
+
+GEMMA2_2B = {
+    "model_type": "gemma2",
+    "num_hidden_layers": 2,
+    "hidden_size": 2304,
+    "intermediate_size": 9216,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+    "head_dim": 256,
+    "vocab_size": 256000,
+    "tie_word_embeddings": True,
+    "attn_logit_softcapping": 50.0,
+    "final_logit_softcapping": 30.0,
+}
+
+
+def test_gemma2_softcapping_keeps_tanh_outputs():
+    arch = Architecture.from_hf_config(GEMMA2_2B)
+    coef = activation_coefficients(_setup(arch=arch, attention="eager"))
+    # scores: tanh output (bf16) + fp32 softmax + bf16 probabilities, per head
+    assert coef.layer_quad[0] == 8 * (2 + 4 + 2)
+    # loss path: bf16 logits + tanh output of the final softcap (bf16) + fp32 log-softmax;
+    # Gemma's final norm keeps its input in fp32 twice (4h + 4h) plus lm_head's input (2h)
+    v, h = 256000, 2304
+    assert coef.head_kept == (2 + 2 + 4) * v + 10 * h
+
+
+QWEN_V1_7B = {
+    "model_type": "qwen",
+    "num_hidden_layers": 32,
+    "hidden_size": 4096,
+    "intermediate_size": 22016,
+    "num_attention_heads": 32,
+    "vocab_size": 151936,
+    "kv_channels": 128,
+}
+
+
+def test_qwen_v1_eager_softmax_in_compute_dtype():
+    # Qwen (v1) remote code: softmax in bf16 (softmax_in_fp32 off), its output read by the
+    # value matmul (2 bytes per score and head), plus the boolean causal mask (1 byte).
+    arch = Architecture.from_hf_config(QWEN_V1_7B)
+    coef = activation_coefficients(_setup(arch=arch, attention="eager"))
+    assert coef.layer_quad[0] == 32 * 2 + 1

@@ -1,40 +1,72 @@
 """Accuracy bounds of the fine-tuning estimator against committed tracer data and the
-published measurements with stated settings (bench/validate/finetune.py)."""
+published measurements with stated settings (bench/validate/finetune.py).
+
+The bounds are the issue's: against the reference tracer, median |error| ≤ 5% and none worse
+than 10%; against published runs whose setting is stated, median |error| ≤ 10% and no
+under-estimate beyond 10%. Rows left out are listed, with the reason, in
+``bench.validate.finetune.PUBLISHED_EXCLUSIONS`` (and in docs/accuracy.md)."""
 
 import pytest
 
 from bench.validate import finetune as v
 
 
-def test_against_reference_tracer():
-    cases = v.tracer_cases()
-    if not cases:
-        pytest.skip("no committed tracer data")
+@pytest.fixture(scope="module")
+def tracer():
+    records = v.tracer_records()
+    assert records, "bench/validate/data/train_tracer.jsonl is missing or empty"
+    return records, v.tracer_cases()
+
+
+def test_tracer_grid_covers_the_required_axes(tracer):
+    records, _ = tracer
+    families = {r["config"]["model_type"] for r in records}
+    assert {"llama", "qwen2", "qwen3", "gemma", "gemma2", "mistral"} <= families
+    assert families & {"qwen3_moe", "mixtral"}
+    flags = [set(r["flags"]) for r in records]
+    for flag in ("lora", "gc", "mixed", "fused", "eager"):
+        assert any(flag in f for f in flags), flag
+        assert any(flag not in f for f in flags), flag
+    seqs = {r["seq"] for r in records}
+    batches = {r["batch"] for r in records}
+    assert min(seqs) <= 512 and max(seqs) >= 8192
+    assert min(batches) == 1 and max(batches) >= 4
+    # every family is run both full and with LoRA
+    for fam in families:
+        kinds = {"lora" in set(r["flags"]) for r in records if r["config"]["model_type"] == fam}
+        assert kinds == {True, False}, fam
+
+
+def test_against_reference_tracer(tracer):
+    _, cases = tracer
     s = v.summarize(cases)
     worst = max(cases, key=lambda c: abs(c.error))
     assert s.median_abs <= 0.05, s
     assert s.worst_abs <= 0.10, f"{worst.name}: {worst.error:+.1%}"
 
 
-def _published():
+@pytest.fixture(scope="module")
+def published():
     cases = v.published_cases()
     if not cases:
         pytest.skip("../shared/validation not present")
     return cases
 
 
-def test_published_median_error():
-    s = v.summarize(_published())
+def test_published_median_error(published):
+    s = v.summarize(published)
     assert s.median_abs <= 0.10, s
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known gaps (docs/finetune.md, 'Open gaps'): ms-swift's Qwen-v1 runs beyond 2048 "
-    "tokens and LitGPT's bitsandbytes QLoRA runs measure more than the modelled mechanisms",
-)
-def test_published_no_underestimate_beyond_10_percent():
-    under = [c for c in _published() if c.error < -0.10]
+def test_published_no_underestimate_beyond_10_percent(published):
+    under = [c for c in published if c.error < -0.10]
     assert not under, "under-estimated by more than 10%: " + ", ".join(
         f"{c.name} {c.error:+.1%}" for c in under
     )
+
+
+def test_exclusions_are_explained():
+    # Every excluded ms-swift value carries the stated reason; nothing is dropped silently.
+    assert all(reason for _, reason in v.PUBLISHED_EXCLUSIONS)
+    excluded = v.excluded_swift_cases()
+    assert all(int(c.name.split(" s")[-1].split(" ")[0]) > 3234 for c in excluded)
