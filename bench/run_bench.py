@@ -311,18 +311,27 @@ def render(data: dict[str, Any]) -> str:
         "settings (access log on, written to a file).",
         "",
         "| connections | service req/s | baseline req/s | ratio | service p50 / p99 ms | "
-        "baseline p50 / p99 ms | errors (svc/base) |",
-        "|---:|---:|---:|---:|---:|---:|---:|",
+        "baseline p50 / p99 ms | errors (svc/base) | with response cache (prototype): "
+        "req/s, ratio, p50 / p99 ms |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for svc, base in zip(data["service"], data["baseline"], strict=True):
+    for svc, base, hit in zip(data["service"], data["baseline"], data["cached"], strict=True):
         ratio = svc["rps"] / base["rps"]
         lines.append(
             f"| {svc['connections']} | {svc['rps']:.0f} | {base['rps']:.0f} | {ratio:.2f} | "
             f"{svc['p50_ms']:.2f} / {svc['p99_ms']:.2f} | "
             f"{base['p50_ms']:.2f} / {base['p99_ms']:.2f} | "
             f"{svc['non_2xx'] + svc['socket_errors']} / "
-            f"{base['non_2xx'] + base['socket_errors']} |"
+            f"{base['non_2xx'] + base['socket_errors']} | "
+            f"{hit['rps']:.0f}, {hit['rps'] / base['rps']:.2f}, "
+            f"{hit['p50_ms']:.2f} / {hit['p99_ms']:.2f} |"
         )
+    lines += [
+        "",
+        "The last column serves `bench/response_cache_prototype.py`: the same service with "
+        "whole 200 answers cached by path and exact body bytes (estimates are deterministic), "
+        "every request a hit after the first. Not in the service; a measured proposal.",
+    ]
     ip = data["in_process"]
     batch, same = data["batch_mixed"], data["batch_same"]
     worst_ratio = min(
@@ -419,7 +428,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="llmmem-bench-") as tmp_name:
         tmp = Path(tmp_name)
         service = harness.start_service(tmp / "service.log")
-        baseline = None
+        baseline = cached = None
         try:
             harness.wait_ready(service)
             data["rss_idle"] = service.rss_bytes()
@@ -457,12 +466,36 @@ def main() -> int:
                 },
             )
             harness.wait_ready(baseline, INFERENCE_PATH, body=request_body)
+            port = harness.free_port()
+            cached = harness.start(
+                [
+                    sys.executable,
+                    "-m",
+                    "uvicorn",
+                    "bench.response_cache_prototype:create_app",
+                    "--factory",
+                    "--host",
+                    harness.HOST,
+                    "--port",
+                    str(port),
+                    "--workers",
+                    "1",
+                    "--no-access-log",
+                    "--proxy-headers",
+                    "--timeout-keep-alive",
+                    "5",
+                ],
+                port,
+                tmp / "cached.log",
+            )
+            harness.wait_ready(cached)
+            servers = (("service", service), ("baseline", baseline), ("cached", cached))
             script = wrk_script(tmp, request_body)
-            for server in (service, baseline):  # warm-up: caches, thread pool, JIT-free paths
+            for _, server in servers:  # warm-up: caches, thread pool
                 run_wrk(server.url + INFERENCE_PATH, script, 16, 2)
-            data["service"], data["baseline"] = [], []
+            data["service"], data["baseline"], data["cached"] = [], [], []
             for c in connections:
-                for name, server in (("service", service), ("baseline", baseline)):
+                for name, server in servers:
                     result = run_wrk(server.url + INFERENCE_PATH, script, c, args.duration)
                     data[name].append(result)
                     print(f"{name:8s} c={c:3d} {result}", flush=True)
@@ -476,9 +509,9 @@ def main() -> int:
             print("batch", data["batch_mixed"], data["batch_same"], flush=True)
             data["rss_after_batch"] = service.rss_bytes()
         finally:
-            harness.stop(service)
-            if baseline is not None:
-                harness.stop(baseline)
+            for server in (service, baseline, cached):
+                if server is not None:
+                    harness.stop(server)
     data["load_after"] = harness.load_average()
     PROFILE.write_text(profile())
     section = render(data)

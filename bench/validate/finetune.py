@@ -24,7 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from service.estimator.architecture import Architecture
+from service.estimator.errors import InvalidRequest
 from service.estimator.finetune import FinetuneRequest, LoraSpec, estimate_finetune
+from service.estimator.lora import lora_targets
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -53,14 +55,22 @@ class Case:
 # --------------------------------------------------------------------------------------
 
 
+def _resolves(arch: Architecture, target: str) -> bool:
+    try:
+        lora_targets(arch, (target,))
+    except InvalidRequest:
+        return False
+    return True
+
+
 def tracer_request(rec: dict[str, object]) -> FinetuneRequest:
     flags = set(rec["flags"])  # type: ignore[arg-type]
     arch = Architecture.from_hf_config(rec["config"])  # type: ignore[arg-type]
     lora = "lora" in flags
-    # peft matches module names: the tracer's seven names select nn.Linear modules only (a
-    # MoE's 3-D expert weights are parameters of one `experts` module, not modules).
-    linear = {m.name for m in arch.linear_modules() if m.is_nn_linear}
-    targets = tuple(t for t in TRACER_LORA_TARGETS if t in linear)
+    # The tracer's seven names, as peft resolves them on this model (on MoE models peft maps
+    # gate_proj/up_proj/down_proj onto the fused experts; Mixtral's experts are w1/w3/w2, so
+    # there they select nothing and only attention is adapted).
+    targets = tuple(t for t in TRACER_LORA_TARGETS if _resolves(arch, t))
     return FinetuneRequest(
         architecture=arch,
         method="lora" if lora else "full",
@@ -286,9 +296,12 @@ def published_cases() -> list[Case]:
         out.append(
             Case(name, measured, float(est.details["allocated_peak_bytes"]), "max_memory_allocated")
         )
+    seen: set[str] = set()
     for name, measured, req, reason in _swift_rows(rows):
-        if reason is not None:
+        # the same run appears in several of ms-swift's tables (e.g. 7B LoRA at 2048 tokens)
+        if reason is not None or name in seen:
             continue
+        seen.add(name)
         est = estimate_finetune(req)
         alloc = float(est.details["allocated_peak_bytes"])
         frag = float(est.details["fragmentation_fraction"])

@@ -14,6 +14,12 @@ Two inventories describe every tensor of the model:
 * :meth:`Architecture.parameter_groups` lists everything else (embeddings, norms,
   attention sinks, router correction biases).
 
+A multimodal wrapper (Gemma 3's ``Gemma3ForConditionalGeneration``) also carries a vision
+tower and projector, described by :class:`VisionSpec` and listed apart by
+:meth:`Architecture.vision_modules` and :meth:`Architecture.vision_parameter_groups`
+(component ``"vision"``), so code that walks the language model's inventories (fine-tuning,
+LoRA targets) is unchanged.
+
 ``service.estimator.parameters.count_parameters`` adds the two up; the reference tests
 check the result against ``model.parameters()`` of transformers built on the meta device.
 The counting rules per family are written out in ``docs/architectures.md``.
@@ -21,6 +27,7 @@ The counting rules per family are written out in ``docs/architectures.md``.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import functools
 import re
@@ -41,6 +48,7 @@ __all__ = [
     "MoeSpec",
     "ParameterGroup",
     "QuantizationSpec",
+    "VisionSpec",
 ]
 
 FULL_ATTENTION = "full_attention"
@@ -56,6 +64,7 @@ COMPONENTS = (
     "router",
     "norms",
     "lm_head",
+    "vision",
 )
 
 # Bounds on every size read from a config: generous for real models, small enough that the
@@ -125,6 +134,34 @@ class MoeSpec:
     mlp_only_layers: tuple[int, ...] = ()
     decoder_sparse_step: int = 1
     moe_layer_freq: int = 1
+
+
+@dataclass(frozen=True)
+class VisionSpec:
+    """A SigLIP vision tower (``siglip_vision_model``) and Gemma 3's multimodal projector.
+
+    The tower, as transformers' ``SiglipVisionModel`` builds it: a patch-embedding Conv2d
+    (``channels × patch² × hidden`` + bias), a learned position embedding with one row per
+    patch (``(image_size / patch_size)²``), ``num_layers`` encoder layers (two LayerNorms with
+    bias, q/k/v/out projections with bias, an fc1/fc2 MLP with bias) and a post LayerNorm.
+    ``projector_out`` is the language model's hidden size: Gemma 3's projector holds
+    ``mm_input_projection_weight`` (``hidden × projector_out``) and ``mm_soft_emb_norm``
+    (an RMSNorm over the vision hidden size).
+    """
+
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    image_size: int
+    patch_size: int
+    num_channels: int
+    projector_out: int
+    tokens_per_image: int
+
+    @property
+    def num_patches(self) -> int:
+        return (self.image_size // self.patch_size) ** 2
 
 
 @dataclass(frozen=True)
@@ -791,7 +828,9 @@ class Architecture:
     bias on the q/k/v projections and ``attention_out_bias`` on the output projection.
     ``norms_per_layer`` counts the hidden-size norms of one decoder layer; ``qk_norm`` says
     whether queries and keys are normalized per head (``"per_head"``) or over the whole
-    projection (``"full_width"``).
+    projection (``"full_width"``). ``rope_scaling_factor`` is the factor of a ``linear`` or
+    ``dynamic`` rope scaling (1.0 without one): the positions a precomputed rotary cache spans
+    grow by it. ``vision`` describes a multimodal wrapper's vision tower and projector.
     """
 
     model_type: str
@@ -827,6 +866,8 @@ class Architecture:
     wrapper_model_type: str | None = None
     architectures: tuple[str, ...] = ()
     assumptions: tuple[str, ...] = ()
+    vision: VisionSpec | None = None
+    rope_scaling_factor: float = 1.0
 
     # ---- construction ---------------------------------------------------------------
 
@@ -874,6 +915,9 @@ class Architecture:
                 field="model_type",
             )
         arch = _build(config, model_type, family, wrapper)
+        vision_config = outer.get("vision_config") if text is not None else None
+        if vision_config is not None:
+            arch = _with_vision(arch, outer, vision_config)
         return arch
 
     # ---- layer layout ---------------------------------------------------------------
@@ -939,12 +983,20 @@ class Architecture:
         """Every non-linear tensor: embeddings, norms, sinks, router correction biases."""
         return _parameter_groups(self)
 
+    def vision_modules(self) -> tuple[LinearModule, ...]:
+        """The vision tower's linear projections (empty without one)."""
+        return _vision_modules(self)
+
+    def vision_parameter_groups(self) -> tuple[ParameterGroup, ...]:
+        """The vision tower's other tensors and the projector (empty without one)."""
+        return _vision_groups(self)
+
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON-ready fields (for the model record's ``architecture``)."""
         out: dict[str, Any] = {}
         for name in self.__dataclass_fields__:
             value = getattr(self, name)
-            if isinstance(value, MlaSpec | MoeSpec | QuantizationSpec):
+            if isinstance(value, MlaSpec | MoeSpec | QuantizationSpec | VisionSpec):
                 value = {k: getattr(value, k) for k in value.__dataclass_fields__}
                 value = {k: list(v) if isinstance(v, tuple) else v for k, v in value.items()}
             elif isinstance(value, tuple):
@@ -1059,6 +1111,7 @@ def _build(
 
     archs = config.get("architectures")
     architectures = _str_tuple(archs, "architectures") if archs is not None else ()
+    rope_factor = _rope_scaling_factor(config)
 
     return Architecture(
         model_type=model_type,
@@ -1094,7 +1147,71 @@ def _build(
         wrapper_model_type=wrapper,
         architectures=architectures,
         assumptions=tuple(r.assumptions),
+        rope_scaling_factor=rope_factor,
     )
+
+
+def _rope_scaling_factor(config: Mapping[str, Any]) -> float:
+    """The factor of a linear / dynamic-NTK rope scaling (``rope_scaling`` or transformers 5's
+    ``rope_parameters``, per layer type for Gemma 3: the full-attention entry), else 1.0."""
+    spec = config.get("rope_scaling") or config.get("rope_parameters")
+    if isinstance(spec, Mapping) and isinstance(spec.get("full_attention"), Mapping):
+        spec = spec["full_attention"]
+    if not isinstance(spec, Mapping):
+        return 1.0
+    kind = spec.get("rope_type", spec.get("type"))
+    factor = spec.get("factor")
+    if kind not in ("linear", "dynamic") or isinstance(factor, bool):
+        return 1.0
+    if not isinstance(factor, int | float) or not 1.0 <= factor <= 1024.0:
+        raise InvalidConfig("rope_scaling.factor must be between 1 and 1024", field="rope_scaling")
+    return float(factor)
+
+
+_VISION_TYPES = ("siglip_vision_model",)
+
+
+def _with_vision(arch: Architecture, outer: Mapping[str, Any], cfg: Any) -> Architecture:
+    """Attach the vision tower a wrapper's ``vision_config`` describes (SigLIP, as Gemma 3
+    ships it); another tower is named in the assumptions and not counted."""
+    if not isinstance(cfg, Mapping):
+        raise InvalidConfig("vision_config must be an object", field="vision_config")
+    kind = cfg.get("model_type", "siglip_vision_model")
+    if kind not in _VISION_TYPES or arch.family != "gemma3":
+        note = f"vision tower ({kind}) of the {arch.wrapper_model_type} wrapper not counted"
+        return dataclasses.replace(arch, assumptions=(*arch.assumptions, note))
+    if cfg.get("vision_use_head"):
+        raise UnsupportedArchitecture(
+            "a SigLIP vision tower with vision_use_head is not supported", field="vision_config"
+        )
+
+    def get(key: str, default: int, high: int) -> int:
+        value = cfg.get(key, default)
+        return _check_int(value, f"vision_config.{key}", 1, high)
+
+    hidden = get("hidden_size", 768, _MAX_HIDDEN)
+    heads = get("num_attention_heads", 12, _MAX_HEADS)
+    _exact_div(hidden, heads)
+    image = get("image_size", 224, 1 << 16)
+    patch = get("patch_size", 16, 1 << 12)
+    if image % patch:
+        raise InvalidConfig(
+            "vision_config.image_size must be a multiple of patch_size", field="vision_config"
+        )
+    spec = VisionSpec(
+        hidden_size=hidden,
+        intermediate_size=get("intermediate_size", 3072, _MAX_INTERMEDIATE),
+        num_layers=get("num_hidden_layers", 12, _MAX_LAYERS),
+        num_heads=heads,
+        image_size=image,
+        patch_size=patch,
+        num_channels=get("num_channels", 3, 64),
+        projector_out=arch.hidden_size,
+        tokens_per_image=_check_int(
+            outer.get("mm_tokens_per_image", 256), "mm_tokens_per_image", 1, 1 << 20
+        ),
+    )
+    return dataclasses.replace(arch, vision=spec)
 
 
 def _exact_div(hidden: int, heads: int) -> int:
@@ -1546,3 +1663,53 @@ def _parameter_groups(arch: Architecture) -> tuple[ParameterGroup, ...]:
         )
     )
     return tuple(out)
+
+
+@functools.lru_cache(maxsize=256)
+def _vision_modules(arch: Architecture) -> tuple[LinearModule, ...]:
+    v = arch.vision
+    if v is None:
+        return ()
+    h, w = v.hidden_size, v.intermediate_size
+    layers = tuple(range(v.num_layers))
+    base = "model.vision_tower.encoder.layers.{i}"
+    out = [
+        LinearModule(name, f"{base}.self_attn.{name}", "vision", h, h, True, layers)
+        for name in ("q_proj", "k_proj", "v_proj", "out_proj")
+    ]
+    out.append(LinearModule("fc1", f"{base}.mlp.fc1", "vision", h, w, True, layers))
+    out.append(LinearModule("fc2", f"{base}.mlp.fc2", "vision", w, h, True, layers))
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=256)
+def _vision_groups(arch: Architecture) -> tuple[ParameterGroup, ...]:
+    v = arch.vision
+    if v is None:
+        return ()
+    h = v.hidden_size
+    layers = tuple(range(v.num_layers))
+    tower = "model.vision_tower"
+    patch = v.num_channels * v.patch_size * v.patch_size * h + h
+    return (
+        ParameterGroup("patch_embedding", f"{tower}.embeddings.patch_embedding", "vision", patch),
+        ParameterGroup(
+            "position_embedding",
+            f"{tower}.embeddings.position_embedding",
+            "vision",
+            v.num_patches * h,
+        ),
+        ParameterGroup(
+            "layer_norms", f"{tower}.encoder.layers.{{i}}", "vision", 2 * h, layers, per_layer=2
+        ),
+        ParameterGroup("post_layernorm", f"{tower}.post_layernorm", "vision", 2 * h),
+        ParameterGroup(
+            "mm_input_projection_weight",
+            "model.multi_modal_projector.mm_input_projection_weight",
+            "vision",
+            h * v.projector_out,
+        ),
+        ParameterGroup(
+            "mm_soft_emb_norm", "model.multi_modal_projector.mm_soft_emb_norm", "vision", h
+        ),
+    )

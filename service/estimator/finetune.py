@@ -462,6 +462,25 @@ def _static(req: FinetuneRequest) -> _Static:
             copies = int(coef.weight_copies * frac)
         elif prec.autocast and is_lora and dense_b > c:
             copies = int(coef.weight_copies * len(layer_range) / arch.num_layers)
+        fused = [m for m in lora_mods if not m.is_nn_linear and m.layers]
+        if fused:
+            # peft adapts a 3-D expert stack through a parametrization: each forward
+            # materializes W + B·A for every expert (`baddbmm`, in W's dtype) and the expert
+            # matmul keeps that effective weight for backward. Under full checkpointing only
+            # the layer being recomputed holds one.
+            per_layer: dict[int, int] = {}
+            for m in fused:
+                for i in m.layers:
+                    if i in layer_range:
+                        per_layer[i] = per_layer.get(i, 0) + (
+                            m.params_per_instance * m.per_layer // tp * dense_b
+                        )
+            if per_layer:
+                copies += (
+                    max(per_layer.values())
+                    if req.gradient_checkpointing == "full"
+                    else sum(per_layer.values()) * in_flight
+                )
         if is_lora and base_fmt.quantized:
             # A quantized base linear is dequantized to the compute dtype for each matmul, in
             # forward and again in backward (bitsandbytes `dequantize_4bit`): one such weight,

@@ -19,7 +19,7 @@ the CUDA context and vLLM's CUDA-graph pool sit in the remaining margin and are 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from types import MappingProxyType
@@ -43,7 +43,7 @@ from service.estimator.overhead import (
     framework_overhead,
 )
 from service.estimator.result import Capacity, Estimate, Fit
-from service.estimator.search import largest_true, smallest_true
+from service.estimator.search import MAX_SEARCH_STEPS
 from service.estimator.weights import (
     WeightLayout,
     pp_layer_partition,
@@ -93,6 +93,7 @@ class _Stage:
     is_last: bool
     fixed_activation: int  # vLLM: the profiling-run peak; 0 elsewhere
     groups: VllmKvGroups | None
+    base: int = 0  # weights + fixed activation + overhead: what no workload changes
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,14 +195,19 @@ def _activation_dtype(arch: Architecture, fmt_name: str, quantized: bool, dense:
 
 
 def _rope_cache_bytes(arch: Architecture, dtype_bytes: float, per_layer: bool) -> int:
-    """Rotary cos/sin caches: vLLM keeps one [max_position, rotary_dim] cache per distinct rope
-    (two for Gemma 3's local/global bases); transformers < 4.40 a cos and a sin cache per layer."""
+    """Rotary cos/sin caches: vLLM keeps one [positions, rotary_dim] cache per distinct rope, in
+    the model dtype; a linear or dynamic-NTK scaled rope precomputes `max_position × factor`
+    positions (vLLM's LinearScalingRotaryEmbedding / DynamicNTKScalingRotaryEmbedding). Gemma 3
+    has two: its global layers' scaled rope and its local layers' unscaled one. transformers
+    < 4.40 keeps a cos and a sin cache of `max_position` rows in every layer."""
     positions = arch.max_position_embeddings or 0
     rope_dim = arch.mla.qk_rope_head_dim if arch.mla is not None else arch.head_dim
     if per_layer:
         return int(2 * positions * rope_dim * dtype_bytes)  # per layer; caller multiplies
-    count = 2 if arch.family == "gemma3" else 1
-    return int(count * positions * rope_dim * dtype_bytes)
+    rows = int(positions * arch.rope_scaling_factor)
+    if arch.family == "gemma3":
+        rows += positions  # the sliding layers' rope (local base, no scaling)
+    return int(rows * rope_dim * dtype_bytes)
 
 
 # exllama v2 (AutoGPTQ / optimum) sizes its per-device scratch for this many input tokens.
@@ -259,11 +265,13 @@ def _plan(
             vocab_padding=64,
             tied_copy_on_last_stage=True,
             extra_per_gpu=rope,
+            include_vision=True,
+            vision_on_every_stage=True,
         )
         if rope:
             assumptions.append(f"vLLM rotary cos/sin cache {rope / GIB:.3f} GiB per GPU")
     else:
-        layout = weight_layout(arch, weight_format, tp, pp)
+        layout = weight_layout(arch, weight_format, tp, pp, include_vision=True)
     stage_weights = list(layout.per_stage)
     if engine == "transformers" and settings.rope_cache_per_layer:
         per_layer = _rope_cache_bytes(arch, d, per_layer=True)
@@ -318,7 +326,8 @@ def _plan(
             else:
                 fixed = int(fwd + 2 * t * coeffs.hidden_row)  # hidden + residual sent onward
             groups = vllm_groups(kv, settings.block_size)
-        stages.append(_Stage(stage_weights[i], kv, last, fixed, groups))
+        base = stage_weights[i] + fixed + overhead.total
+        stages.append(_Stage(stage_weights[i], kv, last, fixed, groups, base))
     if engine == "vllm":
         assumptions.append(
             f"vLLM profiling run at max_num_batched_tokens={settings.max_num_batched_tokens}, "
@@ -602,7 +611,89 @@ def estimate_inference(req: InferenceRequest) -> Estimate:
 
 
 def _fits(plan: _Plan, usable: int, seqs: int, seq_len: int, prompt: int) -> bool:
-    return _required(plan, seqs, seq_len, prompt) <= usable
+    """Whether every GPU holds the workload: the per-stage static part (precomputed in the plan)
+    plus `seqs` times what one sequence adds."""
+    for st in plan.stages:
+        if st.base > usable:
+            return False
+        kv, act = _stage_unit(plan, st, seq_len, prompt)
+        if st.base + seqs * (kv + act) > usable:
+            return False
+    return True
+
+
+def _largest_fitting(fits: Callable[[int], bool], hi: int) -> int | None:
+    """The largest length in [1, hi] that fits, `hi` being an upper bound already: one check
+    at `hi`, then a bisection (≤ log2(hi) + 2 evaluations, capped like `search.py`)."""
+    if fits(hi):
+        return hi
+    if hi == 1 or not fits(1):
+        return None
+    good, bad = 1, hi
+    for _ in range(MAX_SEARCH_STEPS):
+        if bad - good <= 1:
+            break
+        mid = (good + bad) // 2
+        if fits(mid):
+            good = mid
+        else:
+            bad = mid
+    return good
+
+
+@lru_cache(maxsize=1024)
+def _count_plans(
+    arch: Architecture,
+    weight_format: str | None,
+    kv_cache_dtype: str,
+    engine: str,
+    options: tuple[tuple[str, float | int | bool | None], ...],
+    attention: str,
+    gpu_memory_bytes: int,
+) -> tuple[tuple[int, tuple[tuple[_Plan, int], ...]], ...]:
+    """Per candidate GPU count (ascending), the plans of its valid TP × PP splits with their
+    usable bytes, leaving out the splits whose static part alone (weights, fixed activations,
+    overhead) already exceeds a GPU: built once per model × format × engine × GPU memory, so a
+    min_gpu_count scan only evaluates the workload on splits that can still fit."""
+    out = []
+    for n in _candidate_counts(arch):
+        plans = []
+        for t, p in _splits(arch, n):
+            pl = _plan_cached(
+                arch,
+                weight_format,
+                kv_cache_dtype,
+                engine,
+                options,
+                t,
+                p,
+                attention,
+                gpu_memory_bytes,
+            )
+            usable = _usable(pl, gpu_memory_bytes)
+            if max(st.base for st in pl.stages) <= usable:
+                plans.append((pl, usable))
+        if plans:
+            out.append((n, tuple(plans)))
+    return tuple(out)
+
+
+def _min_gpu_count(req: InferenceRequest, seqs: int, seq_len: int, prompt: int) -> int | None:
+    assert req.gpu_memory_bytes is not None
+    table = _count_plans(
+        req.architecture,
+        req.weight_format,
+        req.kv_cache_dtype,
+        req.engine,
+        tuple(sorted(req.engine_options.items())),
+        req.attention,
+        req.gpu_memory_bytes,
+    )
+    for n, plans in table[:MAX_SEARCH_STEPS]:
+        for pl, usable in plans:
+            if _fits(pl, usable, seqs, seq_len, prompt):
+                return n
+    return None
 
 
 @lru_cache(maxsize=4096)
@@ -699,18 +790,17 @@ def fit_inference(req: InferenceRequest, gpu_label: str, gpu_count: int | None) 
         max_batch = None
     limit = plan.max_model_len or arch.max_position_embeddings or MAX_TOKENS
     s_hi = max(1, min(limit, MAX_TOKENS // (req.batch_size * req.concurrency)))
-    max_seq = largest_true(lambda s: fits_at(req.batch_size, s), 1, s_hi)
-    if max_batch is None:
-        max_seq = None
-
-    def fits_count(n: int) -> bool:
-        for t, p in _splits(arch, n):
-            pl = _plan_for(req, t, p)
-            if _required(pl, seqs, seq_len, prompt) <= _usable(pl, mem):
-                return True
-        return False
-
-    min_count = smallest_true(fits_count, _candidate_counts(arch))
+    # Every sequence holds at least its full-attention layers' KV cache for all its tokens, on
+    # every stage: an upper bound on the length that shortens the search.
+    room = usable - max(st.base for st in plan.stages)
+    rate = max(st.kv.layer_token_bytes * st.kv.full_layers for st in plan.stages)
+    per_token = rate * req.batch_size * req.concurrency
+    if per_token and room >= 0:
+        s_hi = max(1, min(s_hi, room // per_token + 1))
+    max_seq = None
+    if max_batch is not None:
+        max_seq = _largest_fitting(lambda s: fits_at(req.batch_size, s), s_hi)
+    min_count = _min_gpu_count(req, seqs, seq_len, prompt)
     return Fit(
         gpu=gpu_label,
         gpu_count=tp * pp * replicas,

@@ -5,7 +5,9 @@ whose path ends with ``.name``; ``"all-linear"`` selects every linear projection
 decoder but the output layer (lm_head): attention, MLP, MoE routers, and the MoE experts that
 transformers stores as 3-D parameters (peft wraps those through ``target_parameters``). Each
 adapted weight of shape (out, in) gets ``lora_A`` (rank × in) and ``lora_B`` (out × rank):
-``rank × (in + out)`` parameters per instance, per expert for 3-D expert weights; a fused
+``rank × (in + out)`` parameters per instance, per expert for 3-D expert weights; a target
+list naming the pre-fusion expert projections (``gate_proj``/``up_proj``/``down_proj``, Mixtral's
+``w1``/``w3``/``w2``) selects the fused 3-D expert weights, as peft's conversion does; a fused
 3-D ``gate_up_proj`` gets twice the rank (peft's rank pattern, so gate and up each get the
 requested rank). peft keeps adapters in fp32
 (``autocast_adapter_dtype=True``).
@@ -31,6 +33,27 @@ __all__ = [
 
 ALL_LINEAR = "all-linear"
 
+# transformers 5 fuses MoE experts into 3-D parameters; peft 0.21 maps the pre-fusion (v4)
+# projection names a target list gives onto them (`peft.utils.transformers_weight_conversion`,
+# `_MOE_TARGET_MODULE_MAPPING`): Qwen-MoE-style names for the families converted like
+# qwen2_moe, w1/w3/w2 for Mixtral.
+_QWEN_MOE_ALIASES = {
+    "gate_proj": "experts.gate_up_proj",
+    "up_proj": "experts.gate_up_proj",
+    "down_proj": "experts.down_proj",
+}
+_EXPERT_ALIASES: dict[str, dict[str, str]] = {
+    "qwen2_moe": _QWEN_MOE_ALIASES,
+    "qwen3_moe": _QWEN_MOE_ALIASES,
+    "deepseek_v2": _QWEN_MOE_ALIASES,
+    "deepseek_v3": _QWEN_MOE_ALIASES,
+    "mixtral": {
+        "w1": "experts.gate_up_proj",
+        "w3": "experts.gate_up_proj",
+        "w2": "experts.down_proj",
+    },
+}
+
 
 @dataclass(frozen=True)
 class LoraSpec:
@@ -52,6 +75,10 @@ def target_names(arch: Architecture) -> tuple[str, ...]:
 
 
 def _matches(target: str, module: LinearModule) -> bool:
+    if not module.is_nn_linear:
+        # a 3-D expert weight is a parameter of an `experts` module: peft's target_modules reach
+        # it only through its full name or the pre-fusion aliases (`_EXPERT_ALIASES`)
+        return target in (module.name, module.path)
     return (
         module.name == target
         or module.name.endswith("." + target)
@@ -82,6 +109,9 @@ def lora_targets(
                 selected[m.name] = m
             continue
         hits = [m for m in modules if _matches(target, m)]
+        fused = _EXPERT_ALIASES.get(arch.model_type, {}).get(target)
+        if fused is not None:
+            hits += [m for m in modules if not m.is_nn_linear and m.name.endswith(fused)]
         if not hits:
             raise InvalidRequest(
                 f"lora.target_modules names {target!r}, which {arch.model_type} does not have;"

@@ -7,6 +7,8 @@ config: a tied lm_head is counted once, under ``embeddings``; persistent buffers
 (DeepSeek-V3's router correction bias) are not parameters and are reported apart in
 ``buffers``. ``active`` follows the MoE convention of the model cards: every parameter a
 token passes through, i.e. the total less the routed experts the router did not select.
+A multimodal wrapper's vision tower and projector (Gemma 3's SigLIP) count under ``vision``
+in both, so the totals equal ``Gemma3ForConditionalGeneration``'s.
 Rules per family: ``docs/architectures.md``.
 """
 
@@ -63,6 +65,12 @@ def count_parameters(arch: Architecture) -> ParameterCounts:
             continue
         total[group.component] = total.get(group.component, 0) + group.parameters
         active[group.component] = active.get(group.component, 0) + group.parameters
+    for module in arch.vision_modules():
+        total["vision"] = total.get("vision", 0) + module.parameters
+        active["vision"] = active.get("vision", 0) + module.parameters
+    for group in arch.vision_parameter_groups():
+        total["vision"] = total.get("vision", 0) + group.parameters
+        active["vision"] = active.get("vision", 0) + group.parameters
     ordered = {c: total[c] for c in COMPONENTS if c in total}
     ordered_active = {c: active[c] for c in COMPONENTS if c in active}
     return ParameterCounts(

@@ -184,6 +184,30 @@ def _shard(module: LinearModule, arch: Architecture, tp: int) -> tuple[int, int]
     return fan_in, fan_out  # replicated: routers, MLA down-projections
 
 
+def _vision_bytes(arch: Architecture, tp: int, dtype: str, vocab_padding: int) -> int:
+    """One TP rank's vision tower + projector: q/k/v and fc1 split their outputs, out_proj and
+    fc2 their inputs (vLLM's SigLIP), the position embedding its rows like a vocabulary; the
+    patch convolution, LayerNorms and Gemma 3's projector are replicated."""
+    size = bytes_per_element(dtype)
+    total = 0
+    for m in arch.vision_modules():
+        fan_in, fan_out = m.in_features, m.out_features
+        if m.name in ("q_proj", "k_proj", "v_proj", "fc1"):
+            fan_out, bias = -(-fan_out // tp), -(-fan_out // tp)
+        elif m.name in ("out_proj", "fc2"):
+            fan_in, bias = -(-fan_in // tp), fan_out
+        else:  # pragma: no cover - the inventory is closed
+            bias = fan_out
+        total += int((fan_in * fan_out + bias) * size) * m.count
+    for g in arch.vision_parameter_groups():
+        if g.name == "position_embedding" and arch.vision is not None:
+            rows = _vocab_rows(arch.vision.num_patches, tp, vocab_padding)
+            total += int(rows * arch.vision.hidden_size * size)
+        else:
+            total += int(g.numel * g.count * size)
+    return total
+
+
 def _module_quantized(
     module: LinearModule, fmt: WeightFormat, arch: Architecture, from_config: bool
 ) -> bool:
@@ -217,12 +241,17 @@ def weight_layout(
     vocab_padding: int = 1,
     tied_copy_on_last_stage: bool = False,
     extra_per_gpu: int = 0,
+    include_vision: bool = False,
+    vision_on_every_stage: bool = False,
 ) -> WeightLayout:
     """Weight bytes of `arch` stored in `weight_format`, placed over TP x PP GPUs.
 
     `vocab_padding` rounds embedding rows up (vLLM pads to 64); `tied_copy_on_last_stage`
     gives the last stage its own lm_head when embeddings are tied (vLLM with PP > 1);
-    `extra_per_gpu` adds buffers every GPU holds (vLLM's rotary cache).
+    `extra_per_gpu` adds buffers every GPU holds (vLLM's rotary cache). `include_vision` adds
+    a multimodal wrapper's vision tower and projector (component ``vision``, in the dense dtype)
+    on the first stage, or on every stage with `vision_on_every_stage` (vLLM builds the tower
+    on every pipeline rank).
     """
     tp, pp = tensor_parallel_size, pipeline_parallel_size
     fmt, from_config = resolve_format(arch, weight_format)
@@ -286,12 +315,18 @@ def weight_layout(
         for i in g.layers:
             per_layer[i] += b
         by_component[g.component] = by_component.get(g.component, 0) + b * len(g.layers)
+    vision_bytes = 0
+    if include_vision and arch.vision is not None:
+        vision_bytes = _vision_bytes(arch, tp, dense_dtype, vocab_padding)
+        by_component["vision"] = _vision_bytes(arch, 1, dense_dtype, 1)
     parts = pp_layer_partition(L, pp)
     stages: list[int] = []
     start = 0
     for s, n in enumerate(parts):
         b = sum(per_layer[start : start + n]) + extra_per_gpu
         start += n
+        if s == 0 or vision_on_every_stage:
+            b += vision_bytes
         if s == 0:
             b += emb_bytes
         if s == pp - 1:
@@ -301,13 +336,18 @@ def weight_layout(
         model_bytes = stages[0] - extra_per_gpu
         components = by_component
     else:
-        one = weight_layout(arch, weight_format, 1, 1)
+        one = weight_layout(arch, weight_format, 1, 1, include_vision=include_vision)
         model_bytes, components = one.model_bytes, dict(one.by_component)
     assumptions: list[str] = []
     if fmt.quantized:
         assumptions.append(
             f"weights in {fmt.name}: quantized linear layers incl. scales/zeros; "
             f"embeddings, norms and routers in {dense_dtype}"
+        )
+    if vision_bytes:
+        assumptions.append(
+            f"vision tower and projector loaded ({by_component['vision'] / 2**30:.2f} GiB "
+            f"in {dense_dtype}, not quantized)"
         )
     if tp > 1 and arch.num_kv_heads < tp:
         assumptions.append(

@@ -43,6 +43,8 @@ def _component(name: str) -> str:
     """Component of a parameter, from its module path alone (independent of the estimator)."""
     parts = name.split(".")
     owner = parts[-2] if len(parts) > 1 else ""
+    if "vision_tower" in parts or "multi_modal_projector" in parts:
+        return "vision"
     if "embed_tokens" in parts or "wte" in parts:
         return "embeddings"
     if parts[0] == "lm_head":
@@ -67,6 +69,8 @@ def _component(name: str) -> str:
 def _hf_config(config: dict[str, Any]) -> Any:
     cfg = copy.deepcopy(config)
     cfg.pop("quantization_config", None)
+    cfg.pop("vision_config", None)  # the language model alone; the wrapper is checked below
+    cfg.pop("mm_tokens_per_image", None)
     if "text_config" in cfg:
         inner = cfg.pop("text_config")
         inner.setdefault("model_type", "gemma3_text")
@@ -89,8 +93,9 @@ def _check(config: dict[str, Any]) -> None:
         expected[_component(name)] += p.numel()
     arch = Architecture.from_hf_config(config)
     counts = count_parameters(arch)
-    assert counts.total == sum(p.numel() for p in model.parameters())
-    assert dict(counts.by_component) == dict(expected)
+    text_total = counts.total - counts.by_component.get("vision", 0)
+    assert text_total == sum(p.numel() for p in model.parameters())
+    assert {k: v for k, v in counts.by_component.items() if k != "vision"} == dict(expected)
 
     # Linear inventory == the model's nn.Linear modules (path pattern, shape, bias, count).
     hf_linears: Counter[tuple[str, int, int, bool]] = Counter()
@@ -265,3 +270,45 @@ def test_every_supported_family_is_exercised() -> None:
     covered |= {p.values[0]["model_type"] for p in _CATALOG_CASES}
     covered.add("gemma3")  # the wrapper, exercised through text_config above
     assert set(SUPPORTED_MODEL_TYPES) - {"qwen"} <= covered
+
+
+_WRAPPERS = [
+    pytest.param(dict(e.config), id=e.id)
+    for e in _CATALOG.all()
+    if "vision_config" in e.config and e.id.endswith("-it")
+]
+
+
+@pytest.mark.parametrize("config", _WRAPPERS)
+def test_multimodal_wrapper_matches_transformers(config: dict[str, Any]) -> None:
+    """The whole Gemma3ForConditionalGeneration (language model, SigLIP tower, projector)."""
+    cfg = copy.deepcopy(config)
+    cfg.pop("model_type")
+    with torch.device("meta"):
+        model = transformers.Gemma3ForConditionalGeneration(transformers.Gemma3Config(**cfg))
+    expected: Counter[str] = Counter()
+    for name, p in model.named_parameters():
+        expected[_component(name)] += p.numel()
+    counts = count_parameters(Architecture.from_hf_config(config))
+    assert counts.total == sum(p.numel() for p in model.parameters())
+    assert dict(counts.by_component) == dict(expected)
+    arch = Architecture.from_hf_config(config)
+    hf_vision: Counter[tuple[str, int, int, bool]] = Counter()
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Linear) and "vision_tower" in name:
+            key = re.sub(r"\.\d+\.", ".{i}.", name)
+            hf_vision[(key, module.in_features, module.out_features, module.bias is not None)] += 1
+    mine: Counter[tuple[str, int, int, bool]] = Counter()
+    for m in arch.vision_modules():
+        mine[(m.path, m.in_features, m.out_features, m.bias)] += m.count
+    assert mine == hf_vision
+
+
+def test_gemma3_12b_wrapper_total_by_hand() -> None:
+    """SigLIP so400m/14 at 896 px + Gemma 3's projector, written out (transformers' modules)."""
+    h, w, layers, patches = 1152, 4304, 27, (896 // 14) ** 2
+    per_layer = 4 * (h * h + h) + (h * w + w) + (w * h + h) + 2 * 2 * h
+    tower = (3 * 14 * 14 * h + h) + patches * h + layers * per_layer + 2 * h
+    projector = h * 3840 + h
+    arch = _CATALOG.get("google/gemma-3-12b-it").architecture
+    assert count_parameters(arch).by_component["vision"] == tower + projector

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# `make fuzz`: schemathesis against the live production server's /openapi.json.
+#
+# Starts `python -m service` (one uvicorn worker, as production runs it) on a free loopback
+# port, waits for /readyz, then runs `st run` over every operation with FUZZ_EXAMPLES examples
+# each (default 1000) in all four phases (examples, coverage, fuzzing, stateful), positive and
+# negative data (`--mode all`), and schemathesis's default checks (no 5xx, status codes,
+# content types, headers and bodies as the schema declares, negative data rejected, ...).
+# CI runs a small count in-process (tests/api/test_schemathesis.py); this is the big run.
+#
+# Environment: PY (the venv's python), FUZZ_EXAMPLES, FUZZ_SEED, FUZZ_WORKERS (default 1: the
+# machine has 2 shared cores), FUZZ_TIMEOUT_S (hard bound on the whole run, default 3600),
+# FUZZ_REPORT_DIR (default test-output/fuzz: JUnit XML and the NDJSON event log).
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+PY=${PY:-.venv/bin/python}
+ST=${ST:-$(dirname "$PY")/st}
+EXAMPLES=${FUZZ_EXAMPLES:-1000}
+SEED=${FUZZ_SEED:-20241202}
+WORKERS=${FUZZ_WORKERS:-1}
+TIMEOUT_S=${FUZZ_TIMEOUT_S:-3600}
+REPORT_DIR=${FUZZ_REPORT_DIR:-test-output/fuzz}
+PORT=$("$PY" -c 'from bench.harness import free_port; print(free_port())')
+URL="http://127.0.0.1:${PORT}"
+mkdir -p "$REPORT_DIR"
+
+LLMMEM_HOST=127.0.0.1 LLMMEM_PORT="$PORT" LLMMEM_ACCESS_LOG=false \
+    "$PY" -m service >"$REPORT_DIR/service.log" 2>&1 &
+SERVER_PID=$!
+stop_server() {
+    if kill -0 "$SERVER_PID" 2>/dev/null; then
+        kill -TERM "$SERVER_PID" 2>/dev/null || true
+        for _ in $(seq 1 100); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.2; done
+        kill -KILL "$SERVER_PID" 2>/dev/null || true
+    fi
+}
+trap stop_server EXIT
+
+for _ in $(seq 1 300); do
+    if curl -fsS "$URL/readyz" >/dev/null 2>&1; then break; fi
+    kill -0 "$SERVER_PID" 2>/dev/null || { cat "$REPORT_DIR/service.log"; exit 1; }
+    sleep 0.2
+done
+curl -fsS "$URL/readyz" >/dev/null
+
+echo "fuzz: $EXAMPLES examples per operation against $URL (seed $SEED, load $(cut -d' ' -f1-3 /proc/loadavg))"
+status=0
+timeout "$TIMEOUT_S" "$ST" run "$URL/openapi.json" \
+    --max-examples "$EXAMPLES" \
+    --phases examples,coverage,fuzzing,stateful \
+    --mode all \
+    --workers "$WORKERS" \
+    --seed "$SEED" \
+    --request-timeout 30 \
+    --suppress-health-check all \
+    --generation-database none \
+    --report junit,ndjson \
+    --report-dir "$REPORT_DIR" \
+    --no-color || status=$?
+
+if grep -q '"level":"error"' "$REPORT_DIR/service.log"; then
+    echo "fuzz: the service logged errors (see $REPORT_DIR/service.log):"
+    grep '"level":"error"' "$REPORT_DIR/service.log" | head -5
+    status=1
+fi
+echo "fuzz: exit $status; reports in $REPORT_DIR"
+exit $status
