@@ -64,7 +64,8 @@ class ResponseCacheMiddleware:
         if hit is not None:
             self.entries.move_to_end(key)
             status, headers, payload = hit
-            await send({"type": "http.response.start", "status": status, "headers": headers})
+            start = {"type": "http.response.start", "status": status, "headers": list(headers)}
+            await send(start)
             await send({"type": "http.response.body", "body": payload})
             return
         replayed = False
@@ -85,7 +86,8 @@ class ResponseCacheMiddleware:
         async def capture(message: Message) -> None:
             nonlocal start, complete
             if message["type"] == "http.response.start":
-                start = message
+                # A copy: outer middleware appends X-Request-ID to this very message.
+                start = {**message, "headers": list(message.get("headers", []))}
             elif message["type"] == "http.response.body":
                 parts.append(message.get("body", b""))
                 complete = not message.get("more_body", False)
@@ -93,7 +95,7 @@ class ResponseCacheMiddleware:
 
         await self.app(scope, replay, capture)
         if not more and first is None and complete and start and start["status"] == 200:
-            self.entries[key] = (200, list(start.get("headers", [])), b"".join(parts))
+            self.entries[key] = (200, start["headers"], b"".join(parts))
             if len(self.entries) > self.max_entries:
                 self.entries.popitem(last=False)
 

@@ -174,6 +174,57 @@ _PUBLISHED_CONFIGS: dict[str, dict[str, object]] = {
         "tie_word_embeddings": False,
         "torch_dtype": "bfloat16",
     },
+    # Qwen/Qwen-72B-Chat (ms-swift's qwen-72b-chat, modelscope qwen/Qwen-72B-Chat)
+    "qwen-72b": {
+        "model_type": "qwen",
+        "num_hidden_layers": 80,
+        "hidden_size": 8192,
+        "intermediate_size": 49152,
+        "num_attention_heads": 64,
+        "vocab_size": 152064,
+        "kv_channels": 128,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    },
+    # 01-ai/Yi-6B-Chat (ms-swift's yi-6b-chat): a Llama-architecture model with GQA
+    "yi-6b": {
+        "model_type": "llama",
+        "num_hidden_layers": 32,
+        "hidden_size": 4096,
+        "intermediate_size": 11008,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 4,
+        "vocab_size": 64000,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    },
+    # 01-ai/Yi-34B-Chat (ms-swift's yi-34b-chat)
+    "yi-34b": {
+        "model_type": "llama",
+        "num_hidden_layers": 60,
+        "hidden_size": 7168,
+        "intermediate_size": 20480,
+        "num_attention_heads": 56,
+        "num_key_value_heads": 8,
+        "vocab_size": 64000,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    },
+    # OpenBuddy/openbuddy-mistral-7b-v13.1 (ms-swift's openbuddy-mistral-7b-chat): Mistral-7B
+    # v0.1 shape with OpenBuddy's extended tokenizer, 36608 entries (the vocab_size OpenBuddy's
+    # Mistral-7B configs state; the v13 / v13.1 / v13-base repos share one tokenizer.json)
+    "openbuddy-mistral-7b": {
+        "model_type": "mistral",
+        "num_hidden_layers": 32,
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "vocab_size": 36608,
+        "sliding_window": 4096,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    },
 }
 
 # Settings the sources state, beyond the CSV columns: LitGPT's resource tables ran
@@ -230,55 +281,121 @@ SWIFT_LONG_REASON = (
     "(3234 tokens), so most steps run shorter, varying lengths, and the reported "
     "max_memory_reserved then includes allocator segments cached for other step sizes"
 )
+SWIFT_GPTQ_REASON = "GPTQ-quantized training path (auto_gptq kernels) not modelled"
+SWIFT_CHATGLM_REASON = (
+    "architecture not supported: chatglm3-6b is model_type 'chatglm' (THUDM remote code: "
+    "fused query_key_value with multi-query groups, its own GLM block), which the "
+    "estimator's architecture module does not describe"
+)
+
+# ms-swift model_type -> (config above, the default lora_target_modules of that model type).
+# The benchmark ran `--lora_target_modules DEFAULT`; ms-swift 1.x resolves DEFAULT per model
+# type through `LoRATM` (swift/llm/utils/model.py of late 2023): qwen ['c_attn']; llama2,
+# and yi and mistral (both aliases of llama2 there) ['q_proj', 'k_proj', 'v_proj'];
+# chatglm ['query_key_value'].
+_QWEN_TM = ("c_attn",)
+_LLAMA_TM = ("q_proj", "k_proj", "v_proj")
+_SWIFT_MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "qwen-1_8b-chat": ("qwen-1_8b", _QWEN_TM),
+    "qwen-7b-chat": ("qwen-7b", _QWEN_TM),
+    "qwen-14b-chat": ("qwen-14b", _QWEN_TM),
+    "qwen-72b-chat": ("qwen-72b", _QWEN_TM),
+    "yi-6b": ("yi-6b", _LLAMA_TM),  # the page's yi-6b-chat
+    "yi-34b": ("yi-34b", _LLAMA_TM),  # yi-34b-chat
+    "mistral-7b(openbuddy)": ("openbuddy-mistral-7b", _LLAMA_TM),  # openbuddy-mistral-7b-chat
+}
+_SWIFT_UNSUPPORTED = {"chatglm3-6b": SWIFT_CHATGLM_REASON}
+
+# The LoRA rank / target table (qwen-7b-chat): ranks 2, 8, 64 on DEFAULT (c_attn), then rank 8
+# on ALL, which ms-swift 1.x resolves to every nn.Linear but lm_head. The trainable counts the
+# page prints (1.05M, 4.19M, 33.55M, 17.89M) are these adapters' parameter counts.
+_SWIFT_LORA_VARIANTS: dict[str, tuple[tuple[int, str | tuple[str, ...] | None], ...]] = {
+    "LoRA rank 2/8/64 (c_attn) / rank 8 all-linear": (
+        (2, None),
+        (8, None),
+        (64, None),
+        (8, "all-linear"),
+    ),
+}
 
 
-def _swift_rows(
-    rows: list[dict[str, str]],
-) -> Iterator[tuple[str, float, FinetuneRequest, str | None]]:
-    """(name, measured bytes, request, exclusion reason or None) per ms-swift value."""
+@dataclass(frozen=True)
+class SwiftValue:
+    """One value of ms-swift's benchmark: compared when ``reason`` is None."""
+
+    name: str
+    measured: float  # bytes (the page's MiB)
+    request: FinetuneRequest | None  # None only for an architecture the estimator lacks
+    reason: str | None
+
+
+def _swift_models(field: str) -> list[str]:
+    """The model names of a row (one, or several joined by ' / ')."""
+    return [m.strip() for m in field.split(" / ")]
+
+
+def swift_values(rows: list[dict[str, str]]) -> list[SwiftValue]:
+    """Every ms-swift value of the CSV but the OOM marks, with its request (or the reason
+    there is none) and, for values not bound by the requirement, the exclusion reason.
+
+    Settings beyond the CSV columns are the page's stated defaults: bf16 (`--dtype AUTO` on
+    an A100), flash-attn and gradient checkpointing on unless the row says otherwise, LoRA
+    rank 8 on the model type's DEFAULT targets, AdamW (transformers' Trainer default). The
+    bnb int4 rows load the base with `--quantization_bit 4`, which ms-swift 1.x turns into
+    `BitsAndBytesConfig(load_in_4bit, bnb_4bit_quant_type='nf4',
+    bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=bf16)` (its argument defaults);
+    the page's environment states bitsandbytes 0.41.3, whose 4-bit matmul still kept its
+    input for backward (removed in 0.43.2), so ``quantized_base_saves_inputs`` is set.
+    """
+    out: list[SwiftValue] = []
     for r in rows:
-        if not r["source"].startswith("ms-swift") or r["unit"] != "MiB":
+        if not r["source"].startswith("ms-swift"):
             continue
-        model = {
-            "qwen-1_8b-chat": "qwen-1_8b",
-            "qwen-7b-chat": "qwen-7b",
-            "qwen-14b-chat": "qwen-14b",
-        }.get(r["model"])
-        if model is None or r["precision_or_quant"] != "bf16":
-            continue
+        quant = r["precision_or_quant"]
         method = r["method"]
-        if not (method in ("full", "LoRA") or method.startswith("LoRA (FA")):
-            continue
-        arch = Architecture.from_hf_config(_PUBLISHED_CONFIGS[model])
-        seqs, batches, values = (
-            _split(r["seq_len"]),
-            _split(r["micro_batch"]),
-            _split(r["measured_value"]),
-        )
+        models = _swift_models(r["model"])
+        values = [v.strip() for v in r["measured_value"].replace(" / ", "/").split("/")]
+        seqs, batches = _split(r["seq_len"]), _split(r["micro_batch"])
         gc = "full" if r["grad_ckpt"] == "yes" else "none"
         attention = "eager" if "FA off" in method else "flash"
+        variants = _SWIFT_LORA_VARIANTS.get(method)
         for i, value in enumerate(values):
             if value == "OOM":
                 continue
+            model = models[i] if len(models) > 1 else models[0]
             seq = int(seqs[i] if len(seqs) > 1 else seqs[0])
             batch = int(batches[i] if len(batches) > 1 else batches[0])
+            measured = float(value) * 2**20
+            rank, targets = variants[i] if variants else (8, None)
+            label = method if not variants else (
+                f"LoRA r{rank} {targets if isinstance(targets, str) else 'DEFAULT'}"
+            )
+            quant_label = "" if quant == "bf16" else f" {quant}"
+            name = f"ms-swift {model} {label}{quant_label} s{seq} b{batch}"
+            if model in _SWIFT_UNSUPPORTED:
+                out.append(SwiftValue(name, measured, None, _SWIFT_UNSUPPORTED[model]))
+                continue
+            config, default_tm = _SWIFT_MODELS[model]
+            qlora = quant == "bnb int4"
             req = FinetuneRequest(
-                architecture=arch,
-                method="full" if method == "full" else "lora",
-                lora=LoraSpec(rank=8, target_modules=("c_attn",)),
+                architecture=Architecture.from_hf_config(_PUBLISHED_CONFIGS[config]),
+                method="full" if method == "full" else ("qlora" if qlora else "lora"),
+                lora=LoraSpec(rank=rank, target_modules=targets or default_tm),
+                weight_format="nf4" if qlora else None,
                 precision="bf16",
                 batch_size=batch,
                 sequence_length=seq,
                 gradient_checkpointing=gc,
                 attention=attention,
+                quantized_base_saves_inputs=qlora,
             )
-            reason = SWIFT_LONG_REASON if seq > _SWIFT_MEAN_TOKENS else None
-            yield (
-                f"ms-swift {r['model']} {method} s{seq} b{batch}",
-                float(value) * 2**20,
-                req,
-                reason,
-            )
+            reason = None
+            if quant.startswith("GPTQ"):
+                reason = SWIFT_GPTQ_REASON
+            elif seq > _SWIFT_MEAN_TOKENS:
+                reason = SWIFT_LONG_REASON
+            out.append(SwiftValue(name, measured, req, reason))
+    return out
 
 
 def _rows() -> list[dict[str, str]]:
@@ -286,6 +403,32 @@ def _rows() -> list[dict[str, str]]:
         return []
     with MEASUREMENTS.open() as f:
         return list(csv.DictReader(f))
+
+
+def _reserved_case(name: str, measured: float, req: FinetuneRequest) -> Case:
+    """ms-swift's figure is the caching allocator's reserved peak; the estimator's reserved
+    side is its allocated peak plus the fragmentation term it adds (the overhead's
+    `fragmentation_fraction`), without the CUDA context, which torch does not count."""
+    est = estimate_finetune(req)
+    alloc = float(est.details["allocated_peak_bytes"])
+    frag = float(est.details["fragmentation_fraction"])
+    return Case(name, measured, alloc * (1 + frag), "reserved peak")
+
+
+def compared_swift_values(rows: list[dict[str, str]]) -> list[SwiftValue]:
+    """The ms-swift values bound by the requirement, each run once (the page repeats some
+    runs across its tables, e.g. qwen-7b-chat LoRA at 2048 tokens in five of them)."""
+    seen: set[tuple[FinetuneRequest, float]] = set()
+    out = []
+    for v in swift_values(rows):
+        if v.reason is not None or v.request is None:
+            continue
+        key = (v.request, v.measured)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(v)
+    return out
 
 
 def published_cases() -> list[Case]:
@@ -296,31 +439,20 @@ def published_cases() -> list[Case]:
         out.append(
             Case(name, measured, float(est.details["allocated_peak_bytes"]), "max_memory_allocated")
         )
-    seen: set[str] = set()
-    for name, measured, req, reason in _swift_rows(rows):
-        # the same run appears in several of ms-swift's tables (e.g. 7B LoRA at 2048 tokens)
-        if reason is not None or name in seen:
-            continue
-        seen.add(name)
-        est = estimate_finetune(req)
-        alloc = float(est.details["allocated_peak_bytes"])
-        frag = float(est.details["fragmentation_fraction"])
-        out.append(Case(name, measured, alloc * (1 + frag), "reserved peak"))
+    for v in compared_swift_values(rows):
+        assert v.request is not None
+        out.append(_reserved_case(v.name, v.measured, v.request))
     return out
 
 
 def excluded_swift_cases() -> list[Case]:
-    """The ms-swift values left out (``SWIFT_LONG_REASON``), estimated at max_length for
-    the record: they are not bound by the accuracy requirement."""
-    out = []
-    for name, measured, req, reason in _swift_rows(_rows()):
-        if reason is None:
-            continue
-        est = estimate_finetune(req)
-        alloc = float(est.details["allocated_peak_bytes"])
-        frag = float(est.details["fragmentation_fraction"])
-        out.append(Case(name, measured, alloc * (1 + frag), "reserved peak"))
-    return out
+    """The ms-swift values left out because max_length exceeds the data (`SWIFT_LONG_REASON`),
+    estimated at max_length for the record: they are not bound by the accuracy requirement."""
+    return [
+        _reserved_case(v.name, v.measured, v.request)
+        for v in swift_values(_rows())
+        if v.reason == SWIFT_LONG_REASON and v.request is not None
+    ]
 
 
 # Rows of finetune_measurements.csv not compared, and why (the setting the bound needs is
@@ -343,11 +475,8 @@ PUBLISHED_EXCLUSIONS: tuple[tuple[str, str], ...] = (
     ),
     ("LitGPT resource-tables, Adapter / Adapter-v2", "method not modelled (LLaMA-Adapter)"),
     ("LitGPT resource-tables, 2 and 4 GPUs", "sharding strategy (FSDP settings) not stated"),
-    ("ms-swift GPTQ rows", "GPTQ-quantized training path (auto_gptq kernels) not modelled"),
-    (
-        "ms-swift bnb int4, chatglm3 / yi / openbuddy-mistral rows",
-        "not yet compared: model configs and per-model LoRA targets not collected here",
-    ),
+    ("ms-swift GPTQ int4 / int8 rows (qwen-7b, -14b, -72b)", SWIFT_GPTQ_REASON),
+    ("ms-swift chatglm3-6b (model-type table)", SWIFT_CHATGLM_REASON),
     ("HF llm_tutorial_optimization rows", "inference, not fine-tuning"),
 )
 

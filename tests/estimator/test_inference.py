@@ -192,3 +192,43 @@ def test_tensor_parallelism_never_raises_model_memory_per_gpu(engine: str, s: in
     # NCCL buffers are added with TP; the model's own memory only shrinks.
     for key in ("weights", "kv_cache", "activations"):
         assert more[key] <= one[key]
+
+
+@pytest.mark.parametrize("engine", ["generic", "transformers", "vllm", "sglang"])
+@pytest.mark.parametrize(
+    "model_id", ["deepseek-ai/DeepSeek-V3", "meta-llama/Llama-3.1-405B", "google/gemma-3-27b-it"]
+)
+def test_fit_evaluations_are_bounded(
+    monkeypatch: pytest.MonkeyPatch, engine: str, model_id: str
+) -> None:
+    """A fit with its inverse answers builds each plan once (min_gpu_count reuses a table per
+    model × format × engine × GPU memory) and evaluates the workload a bounded number of times:
+    one check per candidate GPU count that can hold the weights, and a bisection of at most
+    log2(max_position) + 2 steps for the sequence length."""
+    import service.estimator.inference as inf
+    from service.catalog.model_catalog import load_model_catalog
+
+    arch = load_model_catalog().get(model_id).architecture
+    req = InferenceRequest(
+        architecture=arch, engine=engine, sequence_length=4096, gpu_memory_bytes=80 * 2**30
+    )
+    fit_inference(req, "h100", None)  # warm the plan caches
+    calls = {"plan_for": 0, "unit": 0}
+    plan_for, unit = inf._plan_for, inf._stage_unit
+
+    def counting_plan_for(*a: object, **k: object) -> object:
+        calls["plan_for"] += 1
+        return plan_for(*a, **k)  # type: ignore[arg-type]
+
+    def counting_unit(*a: object) -> object:
+        calls["unit"] += 1
+        return unit(*a)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(inf, "_plan_for", counting_plan_for)
+    monkeypatch.setattr(inf, "_stage_unit", counting_unit)
+    fit_inference(req, "h100", None)
+    assert calls["plan_for"] <= 1
+    positions = arch.max_position_embeddings or 2**20
+    stages = max(1, req.pipeline_parallel_size)
+    # max_batch (1 per stage) + required (1) + the length bisection + a few min_gpu_count checks
+    assert calls["unit"] <= stages * (positions.bit_length() + 2) + 2 + 8, calls
