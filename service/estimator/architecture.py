@@ -79,6 +79,7 @@ _MAX_EXPERTS = 1_024
 _MAX_RANK = 65_536
 _MAX_POSITIONS = 1 << 26
 _MAX_WINDOW = 1 << 26
+_MAX_SOFTCAP = 1e6
 
 _DTYPES = {
     "bfloat16": "bfloat16",
@@ -317,6 +318,8 @@ class _Family:
     mlp_name: str = "mlp"
     lm_head_bias_key: str | None = None
     sinks: bool = False
+    softcapping: bool = False  # reads attn_logit_softcapping / final_logit_softcapping
+    softmax_fp32_key: str | None = None  # config flag for an fp32 attention softmax (Qwen-1)
 
 
 _LLAMA_DEFAULTS = {"tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False}
@@ -406,11 +409,14 @@ _FAMILIES: dict[str, _Family] = {
             "post_feedforward_layernorm",
         ),
         layers="gemma2",
+        softcapping=True,
         defaults={
             "tie_word_embeddings": True,
             "attention_bias": False,
             "num_key_value_heads": 4,
             "sliding_window": 4096,
+            "attn_logit_softcapping": 50.0,
+            "final_logit_softcapping": 30.0,
         },
     ),
     "gemma3_text": _Family(
@@ -422,6 +428,7 @@ _FAMILIES: dict[str, _Family] = {
         ),
         qk_norm="per_head",
         layers="gemma3",
+        softcapping=True,
         defaults={
             "tie_word_embeddings": True,
             "attention_bias": False,
@@ -530,7 +537,8 @@ _FAMILIES: dict[str, _Family] = {
         final_norm="ln_f",
         layers_name="h",
         attn_name="attn",
-        defaults={"tie_word_embeddings": False, "no_bias": True},
+        softmax_fp32_key="softmax_in_fp32",
+        defaults={"tie_word_embeddings": False, "no_bias": True, "softmax_in_fp32": False},
     ),
 }
 
@@ -596,6 +604,25 @@ class _Reader:
         if value is None:
             return None
         return _check_int(value, key, low, high)
+
+    def opt_float(self, key: str, *, low: float, high: float) -> float | None:
+        """A positive float that may legitimately be null (softcapping: null means off)."""
+        if key in self.config:
+            value = self.config[key]
+        elif key in self.family.defaults:
+            value = self._default(key)
+        else:
+            return None
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise InvalidConfig(f"{key} must be a number or null, got {value!r}", field=key)
+        number = float(value)
+        if not low < number <= high:
+            raise InvalidConfig(
+                f"{key} must be above {low:g} and at most {high:g}, got {value!r}", field=key
+            )
+        return number
 
     def flag(self, key: str) -> bool:
         value = self.config.get(key)
@@ -831,6 +858,11 @@ class Architecture:
     projection (``"full_width"``). ``rope_scaling_factor`` is the factor of a ``linear`` or
     ``dynamic`` rope scaling (1.0 without one): the positions a precomputed rotary cache spans
     grow by it. ``vision`` describes a multimodal wrapper's vision tower and projector.
+    ``attn_logit_softcapping`` / ``final_logit_softcapping`` are the caps of transformers'
+    ``tanh(x / cap) · cap`` on attention scores and on the final logits (Gemma 2 / Gemma 3
+    configs; None: off). ``attention_softmax_fp32`` says whether eager attention takes its
+    softmax in fp32 (transformers' ``eager_attention_forward``); Qwen-1's remote code does so
+    only with ``softmax_in_fp32``, off by default.
     """
 
     model_type: str
@@ -868,6 +900,9 @@ class Architecture:
     assumptions: tuple[str, ...] = ()
     vision: VisionSpec | None = None
     rope_scaling_factor: float = 1.0
+    attn_logit_softcapping: float | None = None
+    final_logit_softcapping: float | None = None
+    attention_softmax_fp32: bool = True
 
     # ---- construction ---------------------------------------------------------------
 
@@ -1112,6 +1147,11 @@ def _build(
     archs = config.get("architectures")
     architectures = _str_tuple(archs, "architectures") if archs is not None else ()
     rope_factor = _rope_scaling_factor(config)
+    attn_cap = final_cap = None
+    if family.softcapping:
+        attn_cap = r.opt_float("attn_logit_softcapping", low=0.0, high=_MAX_SOFTCAP)
+        final_cap = r.opt_float("final_logit_softcapping", low=0.0, high=_MAX_SOFTCAP)
+    softmax_fp32 = r.flag(family.softmax_fp32_key) if family.softmax_fp32_key else True
 
     return Architecture(
         model_type=model_type,
@@ -1148,6 +1188,9 @@ def _build(
         architectures=architectures,
         assumptions=tuple(r.assumptions),
         rope_scaling_factor=rope_factor,
+        attn_logit_softcapping=attn_cap,
+        final_logit_softcapping=final_cap,
+        attention_softmax_fp32=softmax_fp32,
     )
 
 

@@ -61,11 +61,6 @@ ATTENTION: tuple[str, ...] = ("flash", "sdpa", "eager")
 _FP32_NORM_FAMILIES = frozenset({"gemma", "gemma2", "gemma3_text", "gemma3"})
 _FP32 = 4
 _INT64 = 8
-# Families whose transformers config softcaps attention scores and final logits by default
-# (Gemma 2: attn_logit_softcapping 50, final_logit_softcapping 30): ``tanh(x / cap) · cap``.
-# transformers has no SDPA path for them (`_supports_sdpa = False`): without flash-attn they
-# run eager attention.
-_SOFTCAP_FAMILIES = frozenset({"gemma2"})
 
 
 @dataclass(frozen=True)
@@ -140,19 +135,22 @@ def _eager_score_bytes(setup: ActivationSetup, heads: int) -> float:
     """Bytes per score (b·s² per layer) eager attention keeps for backward.
 
     transformers 5.x: the fp32 softmax output and its 16-bit copy (read by the value matmul),
-    ``heads · (4 + c)``; Gemma 2's softcapping (``tanh(scores / cap) · cap``, its default
-    ``attn_logit_softcapping``) keeps the tanh output in the compute dtype as well. Qwen (v1,
-    remote code, ``softmax_in_fp32`` off by default) takes the softmax in the compute dtype,
+    ``heads · (4 + c)``; attention softcapping (``tanh(scores / cap) · cap``, set by
+    ``Architecture.attn_logit_softcapping``: Gemma 2's default 50, which transformers runs
+    eagerly without flash-attn as it has no SDPA path) keeps the tanh output in the compute
+    dtype as well. Without ``Architecture.attention_softmax_fp32`` (Qwen v1, remote code,
+    ``softmax_in_fp32`` off by default) the softmax is taken in the compute dtype,
     whose output is what the value matmul reads (``heads · c``), and ``torch.where`` keeps
     the layer's boolean causal mask (one byte per score, shared by the heads).
     """
     c = setup.compute_bytes
-    family = setup.arch.model_type
-    if family == "qwen":
-        return heads * c + 1
-    if family in _SOFTCAP_FAMILIES:
-        return heads * (_FP32 + 2 * c)
-    return heads * (_FP32 + c)
+    arch = setup.arch
+    kept = heads * ((_FP32 if arch.attention_softmax_fp32 else 0) + c)
+    if arch.attn_logit_softcapping is not None:
+        kept += heads * c  # tanh(scores / cap) · cap
+    if arch.model_type == "qwen":
+        kept += 1  # Qwen-1's remote code: torch.where keeps the boolean causal mask
+    return kept
 
 
 @dataclass(frozen=True)
@@ -318,7 +316,7 @@ def activation_coefficients(setup: ActivationSetup) -> ActivationCoefficients:
         head += h * c
     logits_bytes = c
     head_v = v * (logits_bytes + _FP32) / tp  # 16-bit logits + fp32 log-softmax
-    if arch.model_type in _SOFTCAP_FAMILIES:
+    if arch.final_logit_softcapping is not None:
         head_v += v * c / tp  # final logit softcapping keeps tanh's output for backward
     fw_transient = v * (_FP32 if c != _FP32 else 0) / tp  # the fp32 upcast, freed after the loss
     bw_transient = v * 2 * _FP32 / tp

@@ -235,6 +235,71 @@ def test_quantization_parsing() -> None:
         build(quantization_config={"quant_method": "hqq-magic"})
 
 
+GEMMA2 = {
+    "model_type": "gemma2",
+    "hidden_size": 3584,
+    "intermediate_size": 14336,
+    "num_hidden_layers": 42,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 8,
+    "head_dim": 256,
+    "vocab_size": 256000,
+    "torch_dtype": "bfloat16",
+}
+
+
+def test_softcapping_read_from_config_and_defaults() -> None:
+    # google/gemma-2-9b config.json: attn_logit_softcapping 50.0, final_logit_softcapping 30.0.
+    a = Architecture.from_hf_config(
+        {**GEMMA2, "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0}
+    )
+    assert (a.attn_logit_softcapping, a.final_logit_softcapping) == (50.0, 30.0)
+    # Omitted: transformers' Gemma2Config defaults (50, 30), recorded as assumptions.
+    d = Architecture.from_hf_config(GEMMA2)
+    assert (d.attn_logit_softcapping, d.final_logit_softcapping) == (50.0, 30.0)
+    assert any("final_logit_softcapping" in line for line in d.assumptions)
+    # null switches it off; an integer cap is read as a float.
+    off = Architecture.from_hf_config(
+        {**GEMMA2, "attn_logit_softcapping": None, "final_logit_softcapping": 30}
+    )
+    assert off.attn_logit_softcapping is None and off.final_logit_softcapping == 30.0
+    # Gemma 3 configs carry null (Gemma3TextConfig's default): off.
+    g3 = Architecture.from_hf_config(
+        {**GEMMA2, "model_type": "gemma3_text", "final_logit_softcapping": None}
+    )
+    assert (g3.attn_logit_softcapping, g3.final_logit_softcapping) == (None, None)
+    # Families whose transformers model has no softcapping ignore the keys.
+    assert build(final_logit_softcapping=30.0).final_logit_softcapping is None
+
+
+@pytest.mark.parametrize("value", [0, -5.0, "30", True, float("nan"), float("inf")])
+def test_softcapping_validated(value) -> None:
+    with pytest.raises(InvalidConfig) as err:
+        Architecture.from_hf_config({**GEMMA2, "final_logit_softcapping": value})
+    assert err.value.field == "final_logit_softcapping"
+
+
+def test_attention_softmax_fp32() -> None:
+    # transformers' eager_attention_forward: softmax(dtype=float32) for every family it builds.
+    assert build().attention_softmax_fp32 is True
+    qwen = {
+        "model_type": "qwen",
+        "hidden_size": 4096,
+        "intermediate_size": 22016,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "vocab_size": 151936,
+        "seq_length": 8192,
+        "bf16": True,
+    }
+    # Qwen-1's QWenConfig: softmax_in_fp32 False by default.
+    assert Architecture.from_hf_config(qwen).attention_softmax_fp32 is False
+    on = Architecture.from_hf_config({**qwen, "softmax_in_fp32": True})
+    assert on.attention_softmax_fp32 is True
+    with pytest.raises(InvalidConfig):
+        Architecture.from_hf_config({**qwen, "softmax_in_fp32": "yes"})
+
+
 def test_assumptions_record_defaults() -> None:
     a = Architecture.from_hf_config({k: v for k, v in BASE.items() if k != "torch_dtype"})
     assert a.dtype == "float32"

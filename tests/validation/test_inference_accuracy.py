@@ -26,8 +26,9 @@ if not (SHARED / "validation").is_dir():  # pragma: no cover - environment check
 from bench.validate import inference as v  # noqa: E402
 
 # Not closed yet (docs/inference.md, "Open gaps"): ~0.12 GiB per GPU that vLLM keeps on every
-# rank for DeepSeek-V2-Lite and that no modelled tensor explains. Its own bound, so it cannot
-# grow unnoticed; every other row is held to 1%.
+# rank for DeepSeek-V2-Lite and that no modelled or sourced tensor explains (the candidates
+# checked against vLLM's code are listed there). Its own bound, so it cannot grow unnoticed;
+# every other row is held to 1%.
 WEIGHT_GAPS = {"dsv2-lite-tp4": 0.02}
 
 

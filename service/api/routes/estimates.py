@@ -134,16 +134,19 @@ def _observe(request: Request, kind: str, answer: Answer, engine: str, started: 
         metrics.fit_outcomes.labels(kind, str(answer.fit.fits).lower()).inc()
 
 
-# `async def`: an estimate takes well under a millisecond of CPU, less than the thread-pool
-# hop a plain `def` route pays (GIL hand-offs under load; see bench/results.md). The batch
-# route stays `def`: up to 1000 estimates would hold the event loop too long.
+# Plain `def` (thread pool) for now: an `async def` route saves the thread-pool hop (which
+# cost more than a fast estimate on the busy 2-core machine; bench/results.md), but runs the
+# estimate on the event loop, and
+# while some estimates still take up to a second (min-GPU-count search on large models) that
+# would stall every other request, /healthz included. Switch back to `async def` once the
+# estimator's worst case is bounded to a few milliseconds.
 @router.post(
     "/inference",
     response_model=EstimateResponse,
     summary="Memory to serve a model, per GPU and in total, with fit and engine capacity",
     responses=ERRORS,
 )
-async def estimate_inference(
+def estimate_inference(
     body: InferenceRequestBody,
     request: Request,
     models: Annotated[ModelCatalog, Depends(get_model_catalog)],
@@ -158,7 +161,7 @@ async def estimate_inference(
     summary="Peak memory of a fine-tuning step, per GPU and in total, with fit",
     responses=ERRORS,
 )
-async def estimate_finetune(
+def estimate_finetune(
     body: FinetuneRequestBody,
     request: Request,
     models: Annotated[ModelCatalog, Depends(get_model_catalog)],
