@@ -27,6 +27,7 @@ _TITLES: dict[int, tuple[str, str]] = {
     400: ("/problems/malformed-request", "Malformed request"),
     404: ("/problems/not-found", "Not found"),
     405: ("/problems/method-not-allowed", "Method not allowed"),
+    408: ("/problems/request-timeout", "Request body not received in time"),
     413: ("/problems/body-too-large", "Request body too large"),
     415: ("/problems/unsupported-media-type", "Unsupported media type"),
     422: ("/problems/validation-error", "Request cannot be estimated"),
