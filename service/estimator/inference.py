@@ -226,7 +226,6 @@ def _exllama_scratch_bytes(arch: Architecture, tp: int) -> int:
     return best + 256
 
 
-@lru_cache(maxsize=2048)
 def _plan(
     arch: Architecture,
     weight_format: str | None,
@@ -358,7 +357,9 @@ def _plan(
     )
 
 
-@lru_cache(maxsize=4096)
+# Plans hold per-layer tables (~100 KB each): the caches are bounded so a scheduler's spread
+# of models and GPUs cannot grow the worker without limit (bench/results.md: 1.2 GiB before).
+@lru_cache(maxsize=256)
 def _plan_cached(
     arch: Architecture,
     weight_format: str | None,
@@ -641,7 +642,7 @@ def _largest_fitting(fits: Callable[[int], bool], hi: int) -> int | None:
     return good
 
 
-@lru_cache(maxsize=1024)
+@lru_cache(maxsize=32)
 def _count_plans(
     arch: Architecture,
     weight_format: str | None,
