@@ -7,7 +7,9 @@ JSON line holding the grid point, the config it ran and the tracer's answer. CI 
 this; it checks the estimator against the committed lines (`bench/validate/finetune.py`).
 
 Model shapes are the public Hugging Face `config.json` fields of each model (the repo id is
-given with each); only the fields that shape memory are kept.
+given with each). The Llama shapes are read from the service's model catalog
+(`service/catalog/models/llama.json`); the others are written out below, keeping only the
+fields that shape memory.
 
 Usage: `python -m bench.validate.train_tracer [--only SUBSTR] [--fresh]` (resumes by default).
 """
@@ -22,59 +24,27 @@ import tempfile
 import time
 from pathlib import Path
 
+from service.catalog.model_catalog import load_model_catalog
+
 REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO.parent / "shared"
 TRACER = SHARED / "tools" / "reference-tracer" / "train_peak.py"
 OUT = Path(__file__).resolve().parent / "data" / "train_tracer.jsonl"
 
-# Public config.json fields (source: the Hugging Face repo named in each key); only the fields
-# that shape memory are kept.
+_CATALOG = load_model_catalog()
+
+
+def catalog_config(model: str, **overrides: object) -> dict[str, object]:
+    """``model``'s config as the service's model catalog holds it, with ``overrides`` on top."""
+    return {**_CATALOG.get(model).config, **overrides}
+
+
+# Public config.json fields (source: the Hugging Face repo named in each key). The catalog's
+# Llama-3.1-8B record leaves out rms_norm_eps; the value from its config.json is put back.
 CONFIGS: dict[str, dict[str, object]] = {
-    "meta-llama/Llama-3.2-1B": {
-        "model_type": "llama",
-        "num_hidden_layers": 16,
-        "hidden_size": 2048,
-        "intermediate_size": 8192,
-        "num_attention_heads": 32,
-        "num_key_value_heads": 8,
-        "head_dim": 64,
-        "vocab_size": 128256,
-        "tie_word_embeddings": True,
-        "max_position_embeddings": 131072,
-        "rope_theta": 500000.0,
-        "rms_norm_eps": 1e-5,
-        "torch_dtype": "bfloat16",
-    },
-    "meta-llama/Llama-3.2-3B": {
-        "model_type": "llama",
-        "num_hidden_layers": 28,
-        "hidden_size": 3072,
-        "intermediate_size": 8192,
-        "num_attention_heads": 24,
-        "num_key_value_heads": 8,
-        "head_dim": 128,
-        "vocab_size": 128256,
-        "tie_word_embeddings": True,
-        "max_position_embeddings": 131072,
-        "rope_theta": 500000.0,
-        "rms_norm_eps": 1e-5,
-        "torch_dtype": "bfloat16",
-    },
-    "meta-llama/Llama-3.1-8B": {
-        "model_type": "llama",
-        "num_hidden_layers": 32,
-        "hidden_size": 4096,
-        "intermediate_size": 14336,
-        "num_attention_heads": 32,
-        "num_key_value_heads": 8,
-        "head_dim": 128,
-        "vocab_size": 128256,
-        "tie_word_embeddings": False,
-        "max_position_embeddings": 131072,
-        "rope_theta": 500000.0,
-        "rms_norm_eps": 1e-5,
-        "torch_dtype": "bfloat16",
-    },
+    "meta-llama/Llama-3.2-1B": catalog_config("meta-llama/Llama-3.2-1B"),
+    "meta-llama/Llama-3.2-3B": catalog_config("meta-llama/Llama-3.2-3B"),
+    "meta-llama/Llama-3.1-8B": catalog_config("meta-llama/Llama-3.1-8B", rms_norm_eps=1e-5),
     "Qwen/Qwen2.5-0.5B": {
         "model_type": "qwen2",
         "num_hidden_layers": 24,

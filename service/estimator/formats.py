@@ -1,6 +1,6 @@
 """Storage formats: the bytes of a tensor element, and of a linear weight in each weight format.
 
-This module is the one place a dtype's size lives (docs/design/conventions.md). Every other
+This module is the one place a dtype's size lives (docs/CONTRIBUTING.md). Every other
 module asks it for bytes: `bytes_per_element("bf16")` for plain tensors, `linear_weight_bytes(fmt,
 in_features, out_features)` for a linear layer's weight stored in a (possibly quantized) format,
 scales, zero points and index tensors included.

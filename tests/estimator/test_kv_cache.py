@@ -4,17 +4,8 @@ from __future__ import annotations
 
 from service.estimator.architecture import Architecture
 from service.estimator.kv_cache import per_layer_token_bytes, stage_kv_layouts, vllm_groups
+from tests.estimator.conftest import LLAMA_8B, catalog_architecture
 
-LLAMA = {
-    "model_type": "llama",
-    "hidden_size": 4096,
-    "intermediate_size": 14336,
-    "num_hidden_layers": 32,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "vocab_size": 128256,
-    "torch_dtype": "bfloat16",
-}
 GEMMA3 = {
     "model_type": "gemma3_text",
     "hidden_size": 5376,
@@ -51,7 +42,7 @@ MLA = {
 
 
 def test_gqa_per_token() -> None:
-    a = Architecture.from_hf_config(LLAMA)
+    a = catalog_architecture(LLAMA_8B)
     # 2 (K,V) × 8 heads × 128 × 2 bytes per layer; × 32 layers = 131072 bytes per token.
     assert per_layer_token_bytes(a, 2) * 32 == 131072
     assert per_layer_token_bytes(a, 1) * 32 == 65536  # fp8

@@ -5,18 +5,8 @@ import pytest
 from service.estimator.architecture import Architecture
 from service.estimator.errors import InvalidRequest
 from service.estimator.lora import LoraSpec, adapter_parameters, validate_lora
+from tests.estimator.conftest import LLAMA_1B, catalog_architecture, catalog_config
 
-LLAMA_1B = {
-    "model_type": "llama",
-    "num_hidden_layers": 16,
-    "hidden_size": 2048,
-    "intermediate_size": 8192,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "head_dim": 64,
-    "vocab_size": 128256,
-    "tie_word_embeddings": True,
-}
 QWEN3_MOE = {
     "model_type": "qwen3_moe",
     "num_hidden_layers": 2,
@@ -33,14 +23,14 @@ QWEN3_MOE = {
 
 
 def test_all_linear_hand_count():
-    arch = Architecture.from_hf_config(LLAMA_1B)
+    arch = catalog_architecture(LLAMA_1B)
     # per layer: q 2048->2048, k/v 2048->512, o 2048->2048, gate/up 2048->8192, down 8192->2048
     per_layer = 16 * ((2048 + 2048) * 2 + (2048 + 512) * 2 + (2048 + 8192) * 3)
     assert adapter_parameters(arch, LoraSpec(rank=16)) == 16 * per_layer
 
 
 def test_bad_inputs_name_the_field():
-    arch = Architecture.from_hf_config(LLAMA_1B)
+    arch = catalog_architecture(LLAMA_1B)
     with pytest.raises(InvalidRequest) as e:
         validate_lora(arch, LoraSpec(rank=0))
     assert e.value.field == "lora.rank"
@@ -68,7 +58,9 @@ MIXTRAL = {
 
 @pytest.mark.reference
 @pytest.mark.parametrize(
-    "cfg", [LLAMA_1B, QWEN3_MOE, MIXTRAL], ids=["llama", "qwen3_moe", "mixtral"]
+    "cfg",
+    [catalog_config(LLAMA_1B), QWEN3_MOE, MIXTRAL],
+    ids=["llama", "qwen3_moe", "mixtral"],
 )
 @pytest.mark.parametrize(
     "targets",

@@ -4,18 +4,7 @@ from __future__ import annotations
 
 from service.estimator.architecture import Architecture
 from service.estimator.parameters import count_parameters
-
-LLAMA_31_8B = {
-    "model_type": "llama",
-    "hidden_size": 4096,
-    "intermediate_size": 14336,
-    "num_hidden_layers": 32,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "vocab_size": 128256,
-    "tie_word_embeddings": False,
-    "torch_dtype": "bfloat16",
-}
+from tests.estimator.conftest import LLAMA_8B, catalog_architecture, catalog_config
 
 
 def test_llama_31_8b_by_hand() -> None:
@@ -24,7 +13,7 @@ def test_llama_31_8b_by_hand() -> None:
     mlp = layers * 3 * h * inter  # gate, up, down
     norms = layers * 2 * h + h  # two per layer and the final norm
     embeddings = lm_head = vocab * h
-    counts = count_parameters(Architecture.from_hf_config(LLAMA_31_8B))
+    counts = count_parameters(catalog_architecture(LLAMA_8B))
     assert dict(counts.by_component) == {
         "embeddings": embeddings,
         "attention": attention,
@@ -37,7 +26,7 @@ def test_llama_31_8b_by_hand() -> None:
 
 def test_tied_embeddings_counted_once() -> None:
     tied = count_parameters(
-        Architecture.from_hf_config({**LLAMA_31_8B, "tie_word_embeddings": True})
+        Architecture.from_hf_config({**catalog_config(LLAMA_8B), "tie_word_embeddings": True})
     )
     assert "lm_head" not in tied.by_component
     assert tied.total == 8_030_261_248 - 128256 * 4096
@@ -66,8 +55,9 @@ def test_qwen_7b_remote_code_by_hand() -> None:
 
 def test_mixtral_active_is_two_of_eight_experts() -> None:
     config = {
-        **LLAMA_31_8B,
+        **catalog_config(LLAMA_8B),
         "model_type": "mixtral",
+        "architectures": ["MixtralForCausalLM"],
         "vocab_size": 32000,
         "num_local_experts": 8,
         "num_experts_per_tok": 2,
@@ -108,6 +98,6 @@ def test_deepseek_v3_buffers_not_parameters() -> None:
 
 
 def test_components_sum_to_total() -> None:
-    counts = count_parameters(Architecture.from_hf_config(LLAMA_31_8B))
+    counts = count_parameters(catalog_architecture(LLAMA_8B))
     assert sum(counts.by_component.values()) == counts.total
     assert counts.non_embedding == counts.total - 128256 * 4096

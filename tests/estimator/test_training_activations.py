@@ -3,22 +3,11 @@ hand-written counts of the tensors HF Llama keeps for backward."""
 
 from service.estimator.architecture import Architecture
 from service.estimator.training_activations import ActivationSetup, activation_coefficients
-
-LLAMA_1B = {
-    "model_type": "llama",
-    "num_hidden_layers": 16,
-    "hidden_size": 2048,
-    "intermediate_size": 8192,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "head_dim": 64,
-    "vocab_size": 128256,
-    "tie_word_embeddings": True,
-}
+from tests.estimator.conftest import LLAMA_1B, catalog_architecture
 
 
 def _setup(**kw):
-    arch = Architecture.from_hf_config(LLAMA_1B)
+    arch = catalog_architecture(LLAMA_1B)
     base = dict(
         arch=arch,
         compute_bytes=2,

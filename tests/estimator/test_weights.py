@@ -7,54 +7,37 @@ import pytest
 from service.estimator.architecture import Architecture
 from service.estimator.errors import InvalidRequest
 from service.estimator.weights import pp_layer_partition, weight_layout
+from tests.estimator.conftest import LLAMA_8B, catalog_config
 
-LLAMA_8B = {
-    "model_type": "llama",
-    "hidden_size": 4096,
-    "intermediate_size": 14336,
-    "num_hidden_layers": 32,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "head_dim": 128,
-    "vocab_size": 128256,
-    "tie_word_embeddings": False,
-    "max_position_embeddings": 131072,
-    "torch_dtype": "bfloat16",
-}
 # Per layer: q 4096², k,v 4096×1024 each, o 4096², gate/up/down 4096×14336, two norms.
 LINEAR_PER_LAYER = 2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336
 NORMS_PER_LAYER = 2 * 4096
 EMBED = 128256 * 4096
 
 
-@pytest.fixture(scope="module")
-def llama() -> Architecture:
-    return Architecture.from_hf_config(LLAMA_8B)
-
-
-def test_bf16_matches_parameter_count(llama: Architecture) -> None:
+def test_bf16_matches_parameter_count(llama_8b: Architecture) -> None:
     params = 32 * (LINEAR_PER_LAYER + NORMS_PER_LAYER) + 2 * EMBED + 4096
     assert params == 8_030_261_248  # the published 8.03B
-    assert weight_layout(llama).model_bytes == 2 * params
+    assert weight_layout(llama_8b).model_bytes == 2 * params
 
 
-def test_fp8_channel_quantizes_linears_only(llama: Architecture) -> None:
+def test_fp8_channel_quantizes_linears_only(llama_8b: Architecture) -> None:
     scales = 32 * 4 * (4096 + 1024 + 1024 + 4096 + 14336 * 2 + 4096)
     expected = 32 * LINEAR_PER_LAYER + scales + 2 * (2 * EMBED + 32 * NORMS_PER_LAYER + 4096)
-    assert weight_layout(llama, "fp8-channel").model_bytes == expected
+    assert weight_layout(llama_8b, "fp8-channel").model_bytes == expected
 
 
-def test_tensor_parallel_halves_layers_and_replicates_norms(llama: Architecture) -> None:
-    one = weight_layout(llama, "bf16", 1, 1).per_stage[0]
-    two = weight_layout(llama, "bf16", 2, 1)
+def test_tensor_parallel_halves_layers_and_replicates_norms(llama_8b: Architecture) -> None:
+    one = weight_layout(llama_8b, "bf16", 1, 1).per_stage[0]
+    two = weight_layout(llama_8b, "bf16", 2, 1)
     norms = 2 * (32 * NORMS_PER_LAYER + 4096)
     assert two.per_stage[0] == (one - norms) // 2 + norms
     assert two.total_bytes == one + norms  # one extra copy of the norms
 
 
-def test_kv_heads_replicated_beyond_their_count(llama: Architecture) -> None:
-    l8 = weight_layout(llama, "bf16", 8, 1).per_stage[0]
-    l16 = weight_layout(llama, "bf16", 16, 1).per_stage[0]
+def test_kv_heads_replicated_beyond_their_count(llama_8b: Architecture) -> None:
+    l8 = weight_layout(llama_8b, "bf16", 8, 1).per_stage[0]
+    l16 = weight_layout(llama_8b, "bf16", 16, 1).per_stage[0]
     # At TP 16 each rank still holds one whole KV head (128 columns) of k and v.
     kv_16 = 32 * 2 * 4096 * 128 * 2
     kv_8 = 32 * 2 * 4096 * 128 * 2
@@ -62,10 +45,10 @@ def test_kv_heads_replicated_beyond_their_count(llama: Architecture) -> None:
     assert l16 > l8 // 2
 
 
-def test_pipeline_stages(llama: Architecture) -> None:
+def test_pipeline_stages(llama_8b: Architecture) -> None:
     assert pp_layer_partition(32, 3) == (11, 11, 10)  # remainder before the last stage
     assert pp_layer_partition(10, 4) == (2, 3, 3, 2)
-    pp2 = weight_layout(llama, "bf16", 1, 2).per_stage
+    pp2 = weight_layout(llama_8b, "bf16", 1, 2).per_stage
     layer = 2 * (LINEAR_PER_LAYER + NORMS_PER_LAYER)
     assert pp2[0] == 16 * layer + 2 * EMBED
     assert pp2[1] == 16 * layer + 2 * EMBED + 2 * 4096
@@ -74,7 +57,7 @@ def test_pipeline_stages(llama: Architecture) -> None:
 
 
 def test_vllm_vocab_padding_and_gguf() -> None:
-    arch = Architecture.from_hf_config({**LLAMA_8B, "vocab_size": 32016})
+    arch = Architecture.from_hf_config({**catalog_config(LLAMA_8B), "vocab_size": 32016})
     plain = weight_layout(arch, "bf16").per_stage[0]
     padded = weight_layout(arch, "bf16", vocab_padding=64).per_stage[0]
     assert padded - plain == 2 * (32064 - 32016) * 4096 * 2
@@ -84,7 +67,7 @@ def test_vllm_vocab_padding_and_gguf() -> None:
 
 def test_quantization_config_honoured() -> None:
     cfg = {
-        **LLAMA_8B,
+        **catalog_config(LLAMA_8B),
         "quantization_config": {
             "quant_method": "awq",
             "bits": 4,
