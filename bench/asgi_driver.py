@@ -84,3 +84,19 @@ def run_many(app: Any, method: str, path: str, body: bytes, count: int) -> float
         return loop_time() - start
 
     return asyncio.run(loop())
+
+
+def run_bodies(app: Any, method: str, path: str, bodies: list[bytes]) -> float:
+    """Seconds taken to serve one request per body, one after another (status 200 enforced)."""
+    call = make_caller(app)
+
+    async def loop() -> float:
+        loop_time = asyncio.get_running_loop().time
+        start = loop_time()
+        for body in bodies:
+            status, payload = await call(method, path, body)
+            if status != 200:
+                raise RuntimeError(f"{path} answered {status}: {payload[:500]!r}")
+        return loop_time() - start
+
+    return asyncio.run(loop())

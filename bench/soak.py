@@ -28,6 +28,7 @@ import collections
 import datetime as dt
 import json
 import random
+import re
 import signal
 import socket
 import statistics
@@ -264,6 +265,34 @@ async def mixed_load(
     return tally, rss, bursts
 
 
+async def fill_caches(
+    url: str, mix: list[Scenario], seed: int, cache_bytes: int, limit_s: float
+) -> int:
+    """Distinct single estimates until the response cache holds its bound (or `limit_s`).
+
+    The service's caches are bounded but start empty; filling them first makes the RSS
+    criterion a leak test (memory must stay flat once every cache is at its bound) rather
+    than a measure of how fast the bounded caches happen to fill during the minute."""
+    estimates = [s for s in mix if s.name.startswith(("inference (catalog", "finetune"))]
+    r = random.Random(seed + 7919)
+    sent = 0
+    deadline = time.monotonic() + limit_s
+    limits = httpx.Limits(max_connections=WORKERS)
+    async with httpx.AsyncClient(base_url=url, timeout=30, limits=limits) as client:
+        while time.monotonic() < deadline:
+            requests = []
+            for _ in range(200):
+                _, path, body = r.choice(estimates).make(r)
+                requests.append(client.post(path, content=body))
+            await asyncio.gather(*requests)
+            sent += len(requests)
+            metrics = (await client.get("/metrics")).text
+            held = re.search(r"^estimate_response_cache_bytes (\S+)$", metrics, re.MULTILINE)
+            if held and float(held.group(1)) >= 0.97 * cache_bytes:
+                break
+    return sent
+
+
 def rss_growth(rss: list[tuple[float, int]], duration_s: float) -> dict[str, float]:
     warm = [v for t, v in rss if 5 <= t < 15] or [v for _, v in rss[:5]]
     last = [v for t, v in rss if t >= duration_s - 10] or [v for _, v in rss[-5:]]
@@ -389,6 +418,11 @@ def render(data: dict[str, Any], mix: list[Scenario]) -> str:
         f"({data['bursts']} bursts). Load average before {data['load_before']}, after "
         f"{data['load_after']}.",
         "",
+        f"- Before the minute, {data['prefill']} distinct single estimates filled the "
+        f"service's bounded caches (response cache to its {data['cache_bytes'] / MiB:.0f} MiB "
+        "bound, plan caches); worker "
+        f"RSS then {data['rss_prefilled'] / MiB:.1f} MiB. The growth below is measured with "
+        "every cache at its bound, so it is what a leak would show.",
         f"- Requests answered: {tally.count} ({tally.count / data['duration_s']:.0f}/s), "
         f"latency p50 {p50:.1f} ms, p99 {p99:.1f} ms.",
         f"- 5xx: **{len(tally.server_errors)}**; dropped connections (transport errors): "
@@ -451,6 +485,12 @@ def main() -> int:
             print(
                 f"soak: {args.duration:.0f} s against {server.url} (pid {server.pid})", flush=True
             )
+            data["prefill"] = asyncio.run(
+                fill_caches(server.url, mix, args.seed, defaults.response_cache_bytes, 120.0)
+            )
+            data["cache_bytes"] = defaults.response_cache_bytes
+            data["rss_prefilled"] = harness.rss_bytes(server.pid)
+            print(f"soak: caches filled with {data['prefill']} distinct estimates", flush=True)
             tally, rss, bursts = asyncio.run(
                 mixed_load(server.url, server.pid, args.duration, args.seed, mix)
             )

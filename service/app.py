@@ -13,9 +13,11 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute
 
 from service import __version__
+from service.api.access_log import AccessLog
 from service.api.metrics import Metrics
 from service.api.middleware import RequestContextMiddleware, configure_logging
 from service.api.problems import install_problem_handlers
+from service.api.response_cache import ResponseCacheMiddleware
 from service.api.routes import docs, estimates, gpus, health, models, ui
 from service.api.timeouts import RequestReadTimeoutMiddleware
 from service.catalog.gpu_catalog import load_gpu_catalog
@@ -46,6 +48,8 @@ def load_catalogs(app: FastAPI, settings: Settings) -> None:
     metrics: Metrics = app.state.metrics
     metrics.catalog_entries.labels("gpus").set(len(app.state.gpu_catalog.all()))
     metrics.catalog_entries.labels("models").set(len(app.state.model_catalog.all()))
+    # Part of every response-cache key: answers from an earlier catalog load never replay.
+    app.state.catalog_generation = getattr(app.state, "catalog_generation", 0) + 1
     app.state.ready = True
 
 
@@ -54,11 +58,13 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     load_catalogs(app, app.state.settings)
     yield
     app.state.ready = False
+    if app.state.access_log is not None:
+        app.state.access_log.flush()
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
-    configure_logging(settings.log_level)
+    log_handler = configure_logging(settings.log_level)
     app = FastAPI(
         title="GPU Memory Estimator for LLMs",
         version=__version__,
@@ -73,19 +79,28 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.max_body_bytes = settings.max_body_bytes
     app.state.ready = False
     app.state.metrics = Metrics()
+    app.state.access_log = AccessLog(log_handler) if settings.access_log else None
     install_problem_handlers(app)
+    # Estimates first: routes are matched in order, and they are most of the traffic.
+    app.include_router(estimates.router)
     app.include_router(health.router)
     app.include_router(gpus.router)
     app.include_router(models.router)
-    app.include_router(estimates.router)
     app.include_router(ui.router)
     app.include_router(docs.router)
-    # Inner of the two: a 408 for a trickled body still gets the request id, metrics and log.
+    # Innermost: a replayed answer still gets the read deadline, request id, metrics and log.
+    app.add_middleware(
+        ResponseCacheMiddleware,
+        metrics=app.state.metrics,
+        max_bytes=settings.response_cache_bytes,
+        max_request_bytes=settings.response_cache_max_request_bytes,
+    )
+    # Outer two: a 408 for a trickled body still gets the request id, metrics and log.
     app.add_middleware(RequestReadTimeoutMiddleware, timeout_s=settings.request_read_timeout_s)
     app.add_middleware(
         RequestContextMiddleware,
         metrics=app.state.metrics,
         max_body_bytes=settings.max_body_bytes,
-        access_log=settings.access_log,
+        access_log=app.state.access_log,
     )
     return app

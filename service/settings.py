@@ -44,6 +44,19 @@ class Settings(BaseSettings):
         le=300,
         description="Seconds a request's whole body may take to arrive after its headers (408).",
     )
+    response_cache_bytes: int = Field(
+        16 * 1_048_576,
+        ge=0,
+        le=1024 * 1_048_576,
+        description="Memory for replaying repeated estimate answers byte for byte; 0 turns the "
+        "cache off.",
+    )
+    response_cache_max_request_bytes: int = Field(
+        16_384,
+        ge=256,
+        le=1_048_576,
+        description="Largest request body whose answer the response cache keeps.",
+    )
     graceful_shutdown_s: int = Field(
         20, ge=1, le=600, description="Seconds in-flight requests get to finish after SIGTERM."
     )

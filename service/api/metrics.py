@@ -6,6 +6,8 @@ renders that registry in the Prometheus text format.
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -25,6 +27,7 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
         self.requests = Counter(
@@ -47,7 +50,8 @@ class Metrics:
         )
         self.estimates = Counter(
             "estimates_total",
-            "Estimates computed, by kind, estimator and engine.",
+            "Estimates answered (computed or replayed from the response cache), by kind, "
+            "estimator and engine.",
             ("kind", "estimator", "engine"),
             registry=self.registry,
         )
@@ -64,9 +68,45 @@ class Metrics:
             ("kind", "fits"),
             registry=self.registry,
         )
+        self.estimate_cache = Counter(
+            "estimate_cache_total",
+            "Estimate requests answered from the response cache (hit) or computed (miss).",
+            ("result",),
+            registry=self.registry,
+        )
+        self.response_cache_bytes = Gauge(
+            "estimate_response_cache_bytes",
+            "Bytes the response cache holds (bounded by LLMMEM_RESPONSE_CACHE_BYTES).",
+            registry=self.registry,
+        )
         self.catalog_entries = Gauge(
             "catalog_entries",
             "Entries loaded into each catalog.",
             ("catalog",),
             registry=self.registry,
         )
+
+    def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
+        self._child(self.requests, method, route, str(status)).inc()
+        self._child(self.latency, method, route).observe(seconds)
+
+    def observe_estimate(self, kind: str, estimator: str, engine: str, fits: bool | None) -> None:
+        """Count one answered estimate (computed or replayed) and its fit verdict."""
+        self._child(self.estimates, kind, estimator, engine).inc()
+        if fits is not None:
+            self._child(self.fit_outcomes, kind, "true" if fits else "false").inc()
+
+    def observe_estimate_latency(self, kind: str, seconds: float) -> None:
+        self._child(self.estimate_latency, kind).observe(seconds)
+
+    def cache_result(self, result: str) -> None:
+        self._child(self.estimate_cache, result).inc()
+
+    def _child(self, metric: Any, *labels: str) -> Any:
+        # `labels()` validates and looks up on every call (about 10 µs); the children of a
+        # metric never change once created, so they are kept by label tuple.
+        key = (id(metric), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child

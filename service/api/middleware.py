@@ -16,10 +16,10 @@ from typing import Any
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.api.access_log import AccessLog
 from service.api.metrics import Metrics
 from service.api.problems import PROBLEM_MEDIA_TYPE, problem_body
 
-access_logger = logging.getLogger("service.access")
 error_logger = logging.getLogger("service.errors")
 
 _REQUEST_ID_HEADER = b"x-request-id"
@@ -36,7 +36,11 @@ def _is_json(content_type: bytes) -> bool:
 
 class RequestContextMiddleware:
     def __init__(
-        self, app: ASGIApp, metrics: Metrics, max_body_bytes: int, access_log: bool = True
+        self,
+        app: ASGIApp,
+        metrics: Metrics,
+        max_body_bytes: int,
+        access_log: AccessLog | None = None,
     ) -> None:
         self.app = app
         self.metrics = metrics
@@ -119,22 +123,11 @@ class RequestContextMiddleware:
             route = scope.get("route")
             template = getattr(route, "path", None) or UNMATCHED_ROUTE
             method = scope["method"]
-            self.metrics.requests.labels(method, template, str(status)).inc()
-            self.metrics.latency.labels(method, template).observe(elapsed)
-            if self.access_log and access_logger.isEnabledFor(logging.INFO):
-                access_logger.info(
-                    "request",
-                    extra={
-                        "http": {
-                            "request_id": request_id,
-                            "method": method,
-                            "path": scope["path"],
-                            "route": template,
-                            "status": status,
-                            "duration_ms": round(elapsed * 1000, 3),
-                            "client": (scope.get("client") or ("", 0))[0],
-                        }
-                    },
+            self.metrics.observe_request(method, template, status, elapsed)
+            if self.access_log is not None and self.access_log.enabled():
+                client = (scope.get("client") or ("", 0))[0]
+                self.access_log.write(
+                    request_id, method, scope["path"], template, status, elapsed, client
                 )
 
 
@@ -176,7 +169,9 @@ class JsonLogFormatter(logging.Formatter):
         return json.dumps(entry, separators=(",", ":"))
 
 
-def configure_logging(level: str) -> None:
+def configure_logging(level: str) -> logging.StreamHandler:  # type: ignore[type-arg]
+    """JSON lines on stderr for the service and uvicorn; returns the handler (the access log
+    writes its batches to the same stream)."""
     handler = logging.StreamHandler()
     handler.setFormatter(JsonLogFormatter())
     for name in ("service", "uvicorn", "uvicorn.error"):
@@ -186,3 +181,4 @@ def configure_logging(level: str) -> None:
         logger.propagate = False
     # uvicorn's own access log is replaced by ours (it lacks the request id and route).
     logging.getLogger("uvicorn.access").disabled = True
+    return handler

@@ -65,6 +65,9 @@ MAX_TOKENS = 10**9  # batch × concurrency × sequence_length bound
 ATTENTION = ("flash", "sdpa", "eager")
 COMPONENTS = ("weights", "kv_cache", "activations", "overhead")
 MAX_GPU_COUNT = 1024
+# A min_gpu_count scan builds at most this many plans before it bisects (one plan of an
+# 80-layer model takes about 1 ms to build).
+MAX_SCAN_PLANS = 24
 
 
 @dataclass(frozen=True)
@@ -357,9 +360,9 @@ def _plan(
     )
 
 
-# Plans hold per-layer tables (~100 KB each): the caches are bounded so a scheduler's spread
-# of models and GPUs cannot grow the worker without limit (bench/results.md: 1.2 GiB before).
-@lru_cache(maxsize=256)
+# A plan takes about 2.5 KiB (tracemalloc, Llama-3-70B on vLLM): 4096 of them, enough for a
+# 1000-item batch spread over every catalog model × GPU × engine, hold about 10 MiB.
+@lru_cache(maxsize=4096)
 def _plan_cached(
     arch: Architecture,
     weight_format: str | None,
@@ -642,59 +645,58 @@ def _largest_fitting(fits: Callable[[int], bool], hi: int) -> int | None:
     return good
 
 
-@lru_cache(maxsize=32)
-def _count_plans(
-    arch: Architecture,
-    weight_format: str | None,
-    kv_cache_dtype: str,
-    engine: str,
-    options: tuple[tuple[str, float | int | bool | None], ...],
-    attention: str,
-    gpu_memory_bytes: int,
-) -> tuple[tuple[int, tuple[tuple[_Plan, int], ...]], ...]:
-    """Per candidate GPU count (ascending), the plans of its valid TP × PP splits with their
-    usable bytes, leaving out the splits whose static part alone (weights, fixed activations,
-    overhead) already exceeds a GPU: built once per model × format × engine × GPU memory, so a
-    min_gpu_count scan only evaluates the workload on splits that can still fit."""
-    out = []
-    for n in _candidate_counts(arch):
-        plans = []
+def _min_gpu_count(
+    req: InferenceRequest, seqs: int, seq_len: int, prompt: int
+) -> tuple[int | None, str | None]:
+    """The fewest GPUs (any valid TP × PP split) that hold the workload, with a note when the
+    answer needed the bisection fallback or none was found.
+
+    Plans are built lazily and only for counts that can hold the weights: every weight sits on
+    at least one GPU, so the most loaded of n GPUs holds at least 1/n of the single-GPU
+    weights. Then the largest count in the window is checked (if even that fails, nothing
+    smaller fits: fewer GPUs only hold more), and counts are scanned upward until one fits.
+    The scan builds at most MAX_SCAN_PLANS plans; past that it bisects the rest of the window,
+    which assumes a fit stays a fit with more GPUs (true of every split family here, but only
+    checked at the counts it visits), and says so.
+    """
+    mem = req.gpu_memory_bytes
+    assert mem is not None
+    arch = req.architecture
+    whole = _plan_for(req, 1, 1).stages[0].weights
+    floor_count = -(-whole // mem)
+    counts = [n for n in _candidate_counts(arch) if n >= floor_count][:MAX_SEARCH_STEPS]
+    built = 0
+
+    def any_split_fits(n: int) -> bool:
+        nonlocal built
         for t, p in _splits(arch, n):
-            pl = _plan_cached(
-                arch,
-                weight_format,
-                kv_cache_dtype,
-                engine,
-                options,
-                t,
-                p,
-                attention,
-                gpu_memory_bytes,
+            built += 1
+            plan = _plan_for(req, t, p)
+            if _fits(plan, _usable(plan, mem), seqs, seq_len, prompt):
+                return True
+        return False
+
+    if not counts or not any_split_fits(counts[-1]):
+        top = counts[-1] if counts else floor_count
+        return None, f"min_gpu_count: no valid TP × PP split of up to {top} GPUs fits"
+    last = len(counts) - 1
+    for i, n in enumerate(counts[:last]):
+        if built >= MAX_SCAN_PLANS:
+            # Bisect counts[i..last]; counts[last] is known to fit.
+            bad, good = i - 1, last
+            while good - bad > 1:
+                mid = (bad + good) // 2
+                if any_split_fits(counts[mid]):
+                    good = mid
+                else:
+                    bad = mid
+            return counts[good], (
+                f"min_gpu_count: counts from {n} GPUs on bisected (assumes a fit stays a fit "
+                "with more GPUs)"
             )
-            usable = _usable(pl, gpu_memory_bytes)
-            if max(st.base for st in pl.stages) <= usable:
-                plans.append((pl, usable))
-        if plans:
-            out.append((n, tuple(plans)))
-    return tuple(out)
-
-
-def _min_gpu_count(req: InferenceRequest, seqs: int, seq_len: int, prompt: int) -> int | None:
-    assert req.gpu_memory_bytes is not None
-    table = _count_plans(
-        req.architecture,
-        req.weight_format,
-        req.kv_cache_dtype,
-        req.engine,
-        tuple(sorted(req.engine_options.items())),
-        req.attention,
-        req.gpu_memory_bytes,
-    )
-    for n, plans in table[:MAX_SEARCH_STEPS]:
-        for pl, usable in plans:
-            if _fits(pl, usable, seqs, seq_len, prompt):
-                return n
-    return None
+        if any_split_fits(n):
+            return n, None
+    return counts[last], None
 
 
 @lru_cache(maxsize=4096)
@@ -801,7 +803,9 @@ def fit_inference(req: InferenceRequest, gpu_label: str, gpu_count: int | None) 
     max_seq = None
     if max_batch is not None:
         max_seq = _largest_fitting(lambda s: fits_at(req.batch_size, s), s_hi)
-    min_count = _min_gpu_count(req, seqs, seq_len, prompt)
+    min_count, note = _min_gpu_count(req, seqs, seq_len, prompt)
+    if note:
+        notes.append(note)
     return Fit(
         gpu=gpu_label,
         gpu_count=tp * pp * replicas,

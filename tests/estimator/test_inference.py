@@ -7,6 +7,7 @@ vLLM's documented budgeting rule; the invariants are property tests.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -15,23 +16,11 @@ from hypothesis import strategies as st
 from service.estimator.architecture import Architecture
 from service.estimator.errors import InvalidRequest
 from service.estimator.inference import InferenceRequest, estimate_inference, fit_inference
+from tests.estimator.conftest import LLAMA_8B, catalog_architecture, catalog_config
 
 GIB = 2**30
 H100 = 81559 * 2**20
-LLAMA_8B = {
-    "model_type": "llama",
-    "hidden_size": 4096,
-    "intermediate_size": 14336,
-    "num_hidden_layers": 32,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "head_dim": 128,
-    "vocab_size": 128256,
-    "tie_word_embeddings": False,
-    "max_position_embeddings": 131072,
-    "torch_dtype": "bfloat16",
-}
-ARCH = Architecture.from_hf_config(LLAMA_8B)
+ARCH = catalog_architecture(LLAMA_8B)
 PARAMS = 8_030_261_248
 KV_PER_TOKEN = 2 * 32 * 8 * 128 * 2  # 131072 bytes
 
@@ -100,7 +89,7 @@ def test_fit_and_inverse_answers() -> None:
     assert f.max_batch_size == int(cap.max_concurrency)
     big = Architecture.from_hf_config(
         {
-            **LLAMA_8B,
+            **catalog_config(LLAMA_8B),
             "hidden_size": 16384,
             "num_hidden_layers": 126,
             "num_attention_heads": 128,
@@ -194,6 +183,34 @@ def test_tensor_parallelism_never_raises_model_memory_per_gpu(engine: str, s: in
         assert more[key] <= one[key]
 
 
+def _count_calls(monkeypatch: pytest.MonkeyPatch, inf: Any, *, cold: bool) -> dict[str, int]:
+    """Counts plan builds (`_plan`, behind the LRU cache) and workload evaluations."""
+    calls = {"plan": 0, "unit": 0, "min_count_unit": 0, "inside_min_count": 0}
+    plan, unit, min_count = inf._plan, inf._stage_unit, inf._min_gpu_count
+
+    def counting_plan(*a: object, **k: object) -> object:
+        calls["plan"] += 1
+        return plan(*a, **k)
+
+    def counting_unit(*a: object) -> object:
+        calls["min_count_unit" if calls["inside_min_count"] else "unit"] += 1
+        return unit(*a)
+
+    def counting_min_count(*a: object) -> object:
+        calls["inside_min_count"] += 1
+        try:
+            return min_count(*a)
+        finally:
+            calls["inside_min_count"] -= 1
+
+    monkeypatch.setattr(inf, "_plan", counting_plan)
+    monkeypatch.setattr(inf, "_stage_unit", counting_unit)
+    monkeypatch.setattr(inf, "_min_gpu_count", counting_min_count)
+    if cold:
+        inf._plan_cached.cache_clear()
+    return calls
+
+
 @pytest.mark.parametrize("engine", ["generic", "transformers", "vllm", "sglang"])
 @pytest.mark.parametrize(
     "model_id", ["deepseek-ai/DeepSeek-V3", "meta-llama/Llama-3.1-405B", "google/gemma-3-27b-it"]
@@ -201,10 +218,9 @@ def test_tensor_parallelism_never_raises_model_memory_per_gpu(engine: str, s: in
 def test_fit_evaluations_are_bounded(
     monkeypatch: pytest.MonkeyPatch, engine: str, model_id: str
 ) -> None:
-    """A fit with its inverse answers builds each plan once (min_gpu_count reuses a table per
-    model × format × engine × GPU memory) and evaluates the workload a bounded number of times:
-    one check per candidate GPU count that can hold the weights, and a bisection of at most
-    log2(max_position) + 2 steps for the sequence length."""
+    """A fit with its inverse answers builds each plan once (a warm repeat builds none) and
+    evaluates the workload a bounded number of times: the candidate GPU counts min_gpu_count
+    visits, and a bisection of at most log2(max_position) + 2 steps for the sequence length."""
     import service.estimator.inference as inf
     from service.catalog.model_catalog import load_model_catalog
 
@@ -212,23 +228,18 @@ def test_fit_evaluations_are_bounded(
     req = InferenceRequest(
         architecture=arch, engine=engine, sequence_length=4096, gpu_memory_bytes=80 * 2**30
     )
-    fit_inference(req, "h100", None)  # warm the plan caches
-    calls = {"plan_for": 0, "unit": 0}
-    plan_for, unit = inf._plan_for, inf._stage_unit
-
-    def counting_plan_for(*a: object, **k: object) -> object:
-        calls["plan_for"] += 1
-        return plan_for(*a, **k)  # type: ignore[arg-type]
-
-    def counting_unit(*a: object) -> object:
-        calls["unit"] += 1
-        return unit(*a)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(inf, "_plan_for", counting_plan_for)
-    monkeypatch.setattr(inf, "_stage_unit", counting_unit)
+    cold = _count_calls(monkeypatch, inf, cold=True)
     fit_inference(req, "h100", None)
-    assert calls["plan_for"] <= 1
+    # The first fit builds the request's plan, the single-GPU plan (the weights floor) and
+    # at most MAX_SCAN_PLANS plus a bisection's worth of candidate splits.
+    assert cold["plan"] <= 2 + inf.MAX_SCAN_PLANS + 6 * 8, cold
+    warm = _count_calls(monkeypatch, inf, cold=False)
+    fit_inference(req, "h100", None)
+    assert warm["plan"] == 0, warm
     positions = arch.max_position_embeddings or 2**20
     stages = max(1, req.pipeline_parallel_size)
-    # max_batch (1 per stage) + required (1) + the length bisection + a few min_gpu_count checks
-    assert calls["unit"] <= stages * (positions.bit_length() + 2) + 2 + 8, calls
+    # max_batch (1 per stage) + required (1) + the length bisection ...
+    assert warm["unit"] <= stages * (positions.bit_length() + 2) + 2, warm
+    # ... and min_gpu_count: one evaluation per stage of each split it visits.
+    visits = inf.MAX_SCAN_PLANS + 6 * 8
+    assert warm["min_count_unit"] <= visits * min(arch.num_layers, 64), warm

@@ -85,12 +85,6 @@ def test_there_are_numeric_fields_to_check(client: TestClient) -> None:
     assert {"gpu_count", "zero_stage", "rank"} <= names
 
 
-# Known defect, reported to the lead: `int | float` with `Field(ge=, le=)` makes pydantic put
-# `ge`/`le` (not JSON Schema keywords) beside the `anyOf`, so the published schema leaves them
-# unbounded. Fix: `Annotated[int, Field(ge=.., le=..)] | Annotated[float, Field(ge=.., le=..)]`.
-KNOWN_UNBOUNDED = frozenset({"parameter_count", "active_parameter_count"})
-
-
 def _unbounded(client: TestClient) -> list[str]:
     unbounded = []
     for endpoint, path, variants in _all_fields(client):
@@ -105,13 +99,7 @@ def _unbounded(client: TestClient) -> list[str]:
 
 
 def test_every_numeric_field_is_bounded_in_the_schema(client: TestClient) -> None:
-    unbounded = [f for f in _unbounded(client) if f.split(" ")[1] not in KNOWN_UNBOUNDED]
-    assert not unbounded, f"numeric fields without both bounds: {unbounded}"
-
-
-@pytest.mark.xfail(strict=True, reason="model-size bounds not in the published schema (above)")
-def test_model_size_fields_are_bounded_in_the_schema(client: TestClient) -> None:
-    unbounded = [f for f in _unbounded(client) if f.split(" ")[1] in KNOWN_UNBOUNDED]
+    unbounded = _unbounded(client)
     assert not unbounded, f"numeric fields without both bounds: {unbounded}"
 
 

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import time
 from functools import lru_cache
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from fastapi import APIRouter, Depends, Request
+import orjson
+from fastapi import APIRouter, Request, Response
 from pydantic import ConfigDict, Field, ValidationError
 
-from service.api.deps import get_gpu_catalog, get_model_catalog
 from service.api.problems import problem_body, problem_responses, summarize, validation_errors
 from service.api.resolve import estimate_params, resolve_gpu, resolve_model
+from service.api.response_cache import OBSERVATION_KEY
 from service.api.schemas.common import STRICT_REQUEST, RequestModel, ResponseModel
 from service.api.schemas.estimates import (
     EstimateResponse,
@@ -31,9 +32,11 @@ router = APIRouter(prefix="/v1/estimate", tags=["estimates"])
 ERRORS = problem_responses(400, 404, 413, 422)
 _INFERENCE_EXCLUDE = frozenset({"gpu", "gpu_count"})
 _FINETUNE_EXCLUDE = frozenset({"gpu"})
+# Domain-metric labels of one answer: kind, estimator, engine, fit verdict (None: no fit asked).
+Observation = tuple[str, str, str, bool | None]
 
 
-def _render(kind: str, estimator: str, model_spec: Any, answer: Answer) -> dict[str, Any]:
+def _render(kind: str, model_spec: Any, answer: Answer) -> dict[str, Any]:
     est, fit, cap = answer.estimate, answer.fit, answer.estimate.capacity
     arch = model_spec.architecture
     return {
@@ -94,65 +97,68 @@ def _architecture_fields(arch: Any) -> dict[str, Any]:
     return architecture_fields(arch)
 
 
-def run_inference(
-    body: InferenceRequestBody, request: Request, models: ModelCatalog, gpus: GpuCatalog
-) -> dict[str, Any]:
+def run_estimate(
+    kind: str, body: InferenceRequestBody | FinetuneRequestBody, request: Request
+) -> tuple[dict[str, Any], Observation]:
+    """Resolve, answer, count: the rendered answer and its domain-metric labels."""
     started = time.perf_counter()
+    # The catalogs straight from the app state, not as FastAPI dependencies: solving two
+    # dependencies cost more per request than the estimate (bench/profile.txt).
+    state = request.app.state
+    models: ModelCatalog = state.model_catalog
+    gpus: GpuCatalog = state.gpu_catalog
     model = resolve_model(body, models)
     gpu = resolve_gpu(gpus, body.gpu) if body.gpu else None
-    if body.gpu_count is not None and gpu is None:
-        raise NotFound("`gpu_count` needs a `gpu` to check the fit on", field="gpu")
-    answer = answer_inference(
-        model,
-        estimate_params(body, _INFERENCE_EXCLUDE),
-        estimator=body.estimator,
-        gpu=gpu,
-        gpu_count=body.gpu_count,
-    )
-    _observe(request, "inference", answer, body.engine, started)
-    return _render("inference", body.estimator, model, answer)
-
-
-def run_finetune(
-    body: FinetuneRequestBody, request: Request, models: ModelCatalog, gpus: GpuCatalog
-) -> dict[str, Any]:
-    started = time.perf_counter()
-    model = resolve_model(body, models)
-    gpu = resolve_gpu(gpus, body.gpu) if body.gpu else None
-    answer = answer_finetune(
-        model, estimate_params(body, _FINETUNE_EXCLUDE), estimator=body.estimator, gpu=gpu
-    )
-    _observe(request, "finetune", answer, "training", started)
-    return _render("finetune", body.estimator, model, answer)
-
-
-def _observe(request: Request, kind: str, answer: Answer, engine: str, started: float) -> None:
+    if isinstance(body, InferenceRequestBody):
+        if body.gpu_count is not None and gpu is None:
+            raise NotFound("`gpu_count` needs a `gpu` to check the fit on", field="gpu")
+        params = estimate_params(body, _INFERENCE_EXCLUDE)
+        answer = answer_inference(
+            model, params, estimator=body.estimator, gpu=gpu, gpu_count=body.gpu_count
+        )
+        engine = body.engine
+    else:
+        params = estimate_params(body, _FINETUNE_EXCLUDE)
+        answer = answer_finetune(model, params, estimator=body.estimator, gpu=gpu)
+        engine = "training"
     metrics = request.app.state.metrics
-    metrics.estimates.labels(kind, answer.estimate.estimator, engine).inc()
-    metrics.estimate_latency.labels(kind).observe(time.perf_counter() - started)
-    if answer.fit is not None:
-        metrics.fit_outcomes.labels(kind, str(answer.fit.fits).lower()).inc()
+    metrics.observe_estimate_latency(kind, time.perf_counter() - started)
+    fits = answer.fit.fits if answer.fit is not None else None
+    observation = (kind, answer.estimate.estimator, engine, fits)
+    metrics.observe_estimate(*observation)
+    return _render(kind, model, answer), observation
 
 
-# Plain `def` (thread pool) for now: an `async def` route saves the thread-pool hop (which
-# cost more than a fast estimate on the busy 2-core machine; bench/results.md), but runs the
-# estimate on the event loop, and
-# while some estimates still take up to a second (min-GPU-count search on large models) that
-# would stall every other request, /healthz included. Switch back to `async def` once the
-# estimator's worst case is bounded to a few milliseconds.
+def _single(
+    kind: str, body: InferenceRequestBody | FinetuneRequestBody, request: Request
+) -> Response:
+    rendered, observation = run_estimate(kind, body, request)
+    # For the response cache: a replayed answer counts in the domain metrics like this one.
+    setattr(request.state, OBSERVATION_KEY, observation)
+    return json_response(rendered)
+
+
+def json_response(content: dict[str, Any]) -> Response:
+    """Serialized once, straight from the rendered dict, by orjson (a tenth of json.dumps's
+    time for a 3 KB answer, the same bytes). The route's `response_model` documents the shape;
+    validating every answer against it again would cost more than the estimate, so
+    tests/api/test_render.py checks that rendered answers equal their validated form instead.
+    """
+    return Response(orjson.dumps(content), media_type="application/json")
+
+
+# `async def`: the estimate runs on the event loop, with no thread-pool hop. Its worst case is
+# bounded (bench/results.md: cold estimates of every catalog model × GPU × engine, the slowest
+# under 0.1 s; repeated ones tens of µs), so it cannot stall the loop for long. The batch route
+# stays a plain `def` (thread pool): 1000 cold items take longer.
 @router.post(
     "/inference",
     response_model=EstimateResponse,
     summary="Memory to serve a model, per GPU and in total, with fit and engine capacity",
     responses=ERRORS,
 )
-def estimate_inference(
-    body: InferenceRequestBody,
-    request: Request,
-    models: Annotated[ModelCatalog, Depends(get_model_catalog)],
-    gpus: Annotated[GpuCatalog, Depends(get_gpu_catalog)],
-) -> dict[str, Any]:
-    return run_inference(body, request, models, gpus)
+async def estimate_inference(body: InferenceRequestBody, request: Request) -> Response:
+    return _single("inference", body, request)
 
 
 @router.post(
@@ -161,13 +167,8 @@ def estimate_inference(
     summary="Peak memory of a fine-tuning step, per GPU and in total, with fit",
     responses=ERRORS,
 )
-def estimate_finetune(
-    body: FinetuneRequestBody,
-    request: Request,
-    models: Annotated[ModelCatalog, Depends(get_model_catalog)],
-    gpus: Annotated[GpuCatalog, Depends(get_gpu_catalog)],
-) -> dict[str, Any]:
-    return run_finetune(body, request, models, gpus)
+async def estimate_finetune(body: FinetuneRequestBody, request: Request) -> Response:
+    return _single("finetune", body, request)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -217,9 +218,9 @@ class BatchResponse(ResponseModel):
     failed: int
 
 
-_BODIES = {
-    "inference": (InferenceRequestBody, run_inference),
-    "finetune": (FinetuneRequestBody, run_finetune),
+_BODIES: dict[str, type[InferenceRequestBody] | type[FinetuneRequestBody]] = {
+    "inference": InferenceRequestBody,
+    "finetune": FinetuneRequestBody,
 }
 
 
@@ -229,19 +230,14 @@ _BODIES = {
     summary="Up to 1000 inference and fine-tune estimates in one call, answered in order",
     responses=ERRORS,
 )
-def estimate_batch(
-    body: BatchRequest,
-    request: Request,
-    models: Annotated[ModelCatalog, Depends(get_model_catalog)],
-    gpus: Annotated[GpuCatalog, Depends(get_gpu_catalog)],
-) -> dict[str, Any]:
+def estimate_batch(body: BatchRequest, request: Request) -> Response:
     results: list[dict[str, Any]] = []
     for index, item in enumerate(body.items):
-        schema, run = _BODIES[item.kind]
         instance = f"{request.url.path}#items/{index}"
         try:
-            parsed = schema.model_validate(item.request)
-            results.append({"status": 200, "estimate": run(parsed, request, models, gpus)})
+            parsed = _BODIES[item.kind].model_validate(item.request)
+            rendered, _ = run_estimate(item.kind, parsed, request)
+            results.append({"status": 200, "estimate": rendered, "problem": None})
         except ValidationError as exc:
             errors = validation_errors(exc.errors())
             for e in errors:
@@ -249,6 +245,7 @@ def estimate_batch(
             results.append(
                 {
                     "status": 422,
+                    "estimate": None,
                     "problem": problem_body(
                         422, summarize(errors), errors=errors, instance=instance
                     ),
@@ -268,8 +265,9 @@ def estimate_batch(
             results.append(
                 {
                     "status": status,
+                    "estimate": None,
                     "problem": problem_body(status, exc.detail, errors=errors, instance=instance),
                 }
             )
     failed = sum(1 for r in results if r["status"] != 200)
-    return {"results": results, "succeeded": len(results) - failed, "failed": failed}
+    return json_response({"results": results, "succeeded": len(results) - failed, "failed": failed})

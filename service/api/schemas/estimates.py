@@ -55,6 +55,15 @@ EXACTLY_ONE_MODEL = {
 }
 
 
+# Bounds on each arm of the union, not on the union: pydantic writes `ge`/`le` set on an
+# `int | float` field beside its `anyOf`, where JSON Schema ignores them, and then the
+# published schema would leave the field unbounded.
+ParameterCount = (
+    Annotated[int, Field(ge=MIN_PARAMETERS, le=MAX_PARAMETERS)]
+    | Annotated[float, Field(ge=MIN_PARAMETERS, le=MAX_PARAMETERS)]
+)
+
+
 class ModelSelector(RequestModel):
     """Exactly one of `model`, `hf_config` or `parameter_count` names the model."""
 
@@ -73,17 +82,13 @@ class ModelSelector(RequestModel):
         description="A Hugging Face `config.json`, posted as is (a `text_config` inside is read "
         "for the language model).",
     )
-    parameter_count: int | float = Field(
+    parameter_count: ParameterCount = Field(
         None,  # type: ignore[assignment]
-        ge=MIN_PARAMETERS,
-        le=MAX_PARAMETERS,
         description="A bare parameter count (e.g. 7e9). Only the simple rules can work from it.",
         examples=[7e9],
     )
-    active_parameter_count: int | float = Field(
+    active_parameter_count: ParameterCount = Field(
         None,  # type: ignore[assignment]
-        ge=MIN_PARAMETERS,
-        le=MAX_PARAMETERS,
         description="Parameters active per token (MoE), with `parameter_count`.",
     )
     estimator: EstimatorName = Field(
