@@ -10,7 +10,8 @@
 #
 # Environment: PY (the venv's python), FUZZ_EXAMPLES, FUZZ_SEED, FUZZ_WORKERS (default 1: the
 # machine has 2 shared cores), FUZZ_TIMEOUT_S (hard bound on the whole run, default 3600),
-# FUZZ_REPORT_DIR (default test-output/fuzz: JUnit XML and the NDJSON event log).
+# FUZZ_REPORT_DIR (default test-output/fuzz: JUnit XML and the NDJSON event log), FUZZ_RESULTS
+# (default bench/results.md, where bench/fuzz_report.py appends the run's summary; "-" prints).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -57,12 +58,13 @@ timeout "$TIMEOUT_S" "$ST" run "$URL/openapi.json" \
     --generation-database none \
     --report junit,ndjson \
     --report-dir "$REPORT_DIR" \
-    --no-color || status=$?
+    --no-color 2>&1 | tee "$REPORT_DIR/st.log" || status=$?
 
 if grep -q '"level":"error"' "$REPORT_DIR/service.log"; then
     echo "fuzz: the service logged errors (see $REPORT_DIR/service.log):"
     grep '"level":"error"' "$REPORT_DIR/service.log" | head -5
     status=1
 fi
+"$PY" -m bench.fuzz_report "$REPORT_DIR" "$EXAMPLES" "$SEED" "$status" || status=1
 echo "fuzz: exit $status; reports in $REPORT_DIR"
 exit $status

@@ -269,6 +269,7 @@ def _plan(
             extra_per_gpu=rope,
             include_vision=True,
             vision_on_every_stage=True,
+            mla_backend_workspace=True,
         )
         if rope:
             assumptions.append(f"vLLM rotary cos/sin cache {rope / GIB:.3f} GiB per GPU")

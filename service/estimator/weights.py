@@ -16,6 +16,13 @@ ranges as vLLM's ``get_pp_indices`` does (remainder layers to the stages before 
 first stage holds the embedding, the last the final norm and lm_head (a tied lm_head gets its own
 copy on the last stage when PP > 1 under vLLM, as its ParallelLMHead does).
 
+vLLM also holds, next to the weights of an MLA model (DeepSeek-V2/V3, Kimi), a 128 MiB FlashInfer
+MLA workspace on every GPU: its ``get_valid_backends`` imports each MLA attention backend of the
+platform's priority list to validate it while the first ``MLAAttention`` layer is built, and
+``vllm/v1/attention/backends/mla/flashinfer_mla.py`` allocates ``g_fi_workspace``
+(``FLASHINFER_MLA_WORKSPACE_BUFFER_SIZE``, 128 MiB) on the GPU at import, inside the load that
+"Model loading took" measures (vLLM v0.19; FlashInfer is a dependency of its CUDA wheel).
+
 The fine-tuning estimator reuses :func:`weight_layout` for frozen (QLoRA) bases.
 """
 
@@ -38,6 +45,7 @@ from service.estimator.formats import (
 )
 
 __all__ = [
+    "VLLM_MLA_WORKSPACE_BYTES",
     "WeightLayout",
     "format_from_quantization",
     "pp_layer_partition",
@@ -66,6 +74,9 @@ _COLUMN = frozenset(
 )
 _ROW = frozenset({"o_proj", "down_proj", "c_proj", "experts.down_proj"})
 _KV_PROJ = frozenset({"k_proj", "v_proj"})
+
+# vLLM's FLASHINFER_MLA_WORKSPACE_BUFFER_SIZE, allocated when flashinfer_mla.py is imported.
+VLLM_MLA_WORKSPACE_BYTES = 128 * 2**20
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,6 +254,7 @@ def weight_layout(
     extra_per_gpu: int = 0,
     include_vision: bool = False,
     vision_on_every_stage: bool = False,
+    mla_backend_workspace: bool = False,
 ) -> WeightLayout:
     """Weight bytes of `arch` stored in `weight_format`, placed over TP x PP GPUs.
 
@@ -251,7 +263,8 @@ def weight_layout(
     `extra_per_gpu` adds buffers every GPU holds (vLLM's rotary cache). `include_vision` adds
     a multimodal wrapper's vision tower and projector (component ``vision``, in the dense dtype)
     on the first stage, or on every stage with `vision_on_every_stage` (vLLM builds the tower
-    on every pipeline rank).
+    on every pipeline rank). `mla_backend_workspace` adds vLLM's FlashInfer MLA workspace to
+    every GPU of an MLA model (module docstring).
     """
     tp, pp = tensor_parallel_size, pipeline_parallel_size
     fmt, from_config = resolve_format(arch, weight_format)
@@ -319,11 +332,13 @@ def weight_layout(
     if include_vision and arch.vision is not None:
         vision_bytes = _vision_bytes(arch, tp, dense_dtype, vocab_padding)
         by_component["vision"] = _vision_bytes(arch, 1, dense_dtype, 1)
+    workspace = VLLM_MLA_WORKSPACE_BYTES if mla_backend_workspace and arch.mla is not None else 0
+    extra = extra_per_gpu + workspace
     parts = pp_layer_partition(L, pp)
     stages: list[int] = []
     start = 0
     for s, n in enumerate(parts):
-        b = sum(per_layer[start : start + n]) + extra_per_gpu
+        b = sum(per_layer[start : start + n]) + extra
         start += n
         if s == 0 or vision_on_every_stage:
             b += vision_bytes
@@ -333,7 +348,7 @@ def weight_layout(
             b += final_norm + head_bytes
         stages.append(b)
     if tp == 1 and pp == 1:
-        model_bytes = stages[0] - extra_per_gpu
+        model_bytes = stages[0] - extra
         components = by_component
     else:
         one = weight_layout(arch, weight_format, 1, 1, include_vision=include_vision)
@@ -348,6 +363,11 @@ def weight_layout(
         assumptions.append(
             f"vision tower and projector loaded ({by_component['vision'] / 2**30:.2f} GiB "
             f"in {dense_dtype}, not quantized)"
+        )
+    if workspace:
+        assumptions.append(
+            f"vLLM FlashInfer MLA workspace {workspace / 2**30:.3f} GiB per GPU (allocated when "
+            "vLLM imports that attention backend while building the model)"
         )
     if tp > 1 and arch.num_kv_heads < tp:
         assumptions.append(

@@ -25,12 +25,6 @@ if not (SHARED / "validation").is_dir():  # pragma: no cover - environment check
 
 from bench.validate import inference as v  # noqa: E402
 
-# Not closed yet (docs/inference.md, "Open gaps"): ~0.12 GiB per GPU that vLLM keeps on every
-# rank for DeepSeek-V2-Lite and that no modelled or sourced tensor explains (the candidates
-# checked against vLLM's code are listed there). Its own bound, so it cannot grow unnoticed;
-# every other row is held to 1%.
-WEIGHT_GAPS = {"dsv2-lite-tp4": 0.02}
-
 
 @pytest.fixture(scope="module")
 def vllm_cases() -> list[v.Case]:
@@ -68,9 +62,7 @@ def test_kv_bytes_per_token_hybrid_within_1_percent(vllm_cases: list[v.Case]) ->
 def test_weights_per_gpu_within_1_percent(vllm_cases: list[v.Case]) -> None:
     rows = [c for c in vllm_cases if c.component == "weights"]
     assert len(rows) == 31  # every row of vllm_v0.19_h100.csv
-    bad = [
-        (c.case, f"{c.error:+.3%}") for c in rows if abs(c.error) > WEIGHT_GAPS.get(c.case, 0.01)
-    ]
+    bad = [(c.case, f"{c.error:+.3%}") for c in rows if abs(c.error) > 0.01]
     assert not bad
 
 
