@@ -68,8 +68,7 @@ def main() -> int:
     if target == "-":
         print(text)
     else:
-        with open(target, "a", encoding="utf-8") as out:
-            out.write(text)
+        harness.append_result(Path(target), text)
         print(f"fuzz: summary appended to {target}")
     return 0
 

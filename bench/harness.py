@@ -172,3 +172,16 @@ def running(server: Server, **ready: object) -> Iterator[Server]:
 def load_average() -> str:
     one, five, fifteen = os.getloadavg()
     return f"{one:.2f} / {five:.2f} / {fifteen:.2f} (1 / 5 / 15 min, {os.cpu_count()} CPUs)"
+
+
+HISTORY_HEADING = "\n## History"
+
+
+def append_result(path: Path, section: str) -> None:
+    """Add a run's section to a results file, above its hand-kept History section if any."""
+    existing = path.read_text() if path.exists() else "# Benchmark and soak results\n"
+    head, marker, history = existing.partition(HISTORY_HEADING)
+    text = head.rstrip("\n") + "\n" + section.rstrip("\n") + "\n"
+    if marker:
+        text += "\n" + marker.lstrip("\n") + history
+    path.write_text(text)

@@ -526,8 +526,7 @@ def main() -> int:
         )
     print(section)
     if not args.no_write:
-        existing = RESULTS.read_text() if RESULTS.exists() else "# Benchmark and soak results\n"
-        RESULTS.write_text(existing.rstrip("\n") + "\n" + section)
+        harness.append_result(RESULTS, section)
         print(f"appended to {RESULTS.relative_to(harness.REPO)}")
     return 0 if data["passed"] else 1
 

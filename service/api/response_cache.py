@@ -132,7 +132,10 @@ class ResponseCacheMiddleware:
         await self.app(scope, replay_body, capture)
         if key is None or status != 200 or not finished:
             return
-        payload = b"".join(parts)
+        # A fresh, exactly sized copy: the body handed to `send` may sit in a larger buffer
+        # (orjson's output keeps a ~16 KiB allocation behind a 3 KB answer), and a cached
+        # entry must cost what the byte budget counts.
+        payload = memoryview(b"".join(parts)).tobytes()
         size = len(body) + len(payload) + _ENTRY_OVERHEAD
         if size > self.max_bytes:
             return
