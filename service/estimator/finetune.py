@@ -576,6 +576,20 @@ def _assumptions(
             f"LoRA rank {req.lora.rank} on {tgt}; adapters, their gradients and optimizer "
             f"states in fp32 (peft); frozen base stored as {base_fmt}"
         )
+    if (
+        req.quantized_base_saves_inputs
+        and req.method in ("lora", "qlora")
+        and get_format(base_fmt).quantized
+    ):
+        kept = (
+            "the layer input and one copy of each tensor its quantized linears read"
+            if req.gradient_checkpointing == "full"
+            else "the input of every quantized linear"
+        )
+        out.append(
+            "bitsandbytes before 0.43.2: each quantized matmul holds its input in its autograd "
+            f"context, which checkpointing does not free either; every layer keeps {kept}"
+        )
     if deepspeed_mixed:
         out.append(
             "ZeRO/FSDP mixed precision: 16-bit weights and gradients on the GPU, fp32 master "

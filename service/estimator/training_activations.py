@@ -19,7 +19,12 @@ modeling code (Llama/Qwen/Mistral/Gemma/MoE families) and of peft's LoRA layers:
 - bitsandbytes before 0.43.2 (its ``MatMul4Bit``/``MatMul8bitLt`` autograd functions kept
   ``ctx.tensors = (A, B)``; removed by bitsandbytes PR #1270, July 2024): a quantized frozen
   base linear keeps its input for backward although backward never reads it, so a QLoRA layer
-  keeps the same linear inputs as a trainable one (``frozen_inputs_kept``);
+  keeps the same linear inputs as a trainable one (``frozen_inputs_kept``). Those inputs are
+  held as attributes of the autograd context, not through ``save_for_backward``, so
+  non-reentrant checkpointing (whose saved-tensor hooks drop only what ``save_for_backward``
+  saves) does not free them either: a checkpointed layer keeps, besides its input, one copy of
+  each distinct tensor its quantized linears read (the attention-norm output, the attention
+  output, the MLP-norm output, the MLP product; MLA's latents);
 - the loss path: 16-bit logits are returned (kept), upcast to fp32 for the cross entropy whose
   log-softmax output is kept (so 6·V bytes per token in bf16); backward starts by allocating
   two fp32 tensors of that size (8·V bytes per token); Gemma 2's final logit softcapping
@@ -27,8 +32,9 @@ modeling code (Llama/Qwen/Mistral/Gemma/MoE families) and of peft's LoRA layers:
 - AMP: autocast keeps a 16-bit copy of every linear weight it cast, saved for backward.
 
 Gradient checkpointing (HF, per decoder layer, non-reentrant): ``full`` keeps each layer's
-input and recomputes one layer at a time in backward; ``selective`` recomputes the core
-attention only (Korthikanti et al., 2022): the score matrices and the log-sum-exp are not kept.
+input (plus the old-bitsandbytes context attributes above) and recomputes one layer at a time
+in backward; ``selective`` recomputes the core attention only (Korthikanti et al., 2022): the
+score matrices and the log-sum-exp are not kept.
 
 Tensor parallelism (Megatron layout) splits what lies inside attention and the MLP, and the
 logits (vocabulary-parallel); sequence parallelism splits the rest (norm inputs, layer
@@ -182,6 +188,51 @@ def _consumer_input(
     return kept
 
 
+# Quantized linears that read a norm output (one tensor per norm, however many read it); any
+# other quantized linear (o_proj, down_proj, MLA's q_b/kv_b) reads a tensor of its own.
+_NORM_FED = frozenset(
+    {
+        "q_proj",
+        "k_proj",
+        "v_proj",
+        "qkv_proj",
+        "c_attn",
+        "query_key_value",
+        "q_a_proj",
+        "kv_a_proj_with_mqa",
+        "gate_proj",
+        "up_proj",
+        "gate_up_proj",
+        "fc1",
+        "c_fc",
+        "w1",
+        "w2",
+    }
+)
+
+
+def _context_kept_inputs(setup: ActivationSetup, i: int) -> tuple[float, float]:
+    """Bytes per token the old-bitsandbytes autograd contexts of layer ``i`` keep through
+    checkpointing, as (outer, inner): the norm outputs its quantized linears read (replicated
+    under TP, split by SP) and the tensors its other quantized linears read (split by TP).
+    Zero unless ``frozen_inputs_kept`` (a quantized, frozen base: routers, lm_head and the
+    3-D expert stacks are not bitsandbytes linears)."""
+    if not setup.frozen_inputs_kept:
+        return 0.0, 0.0
+    c = setup.compute_bytes
+    mods = [
+        m
+        for m in setup.arch.linear_modules()
+        if i in m.layers and m.is_nn_linear and m.component not in ("router", "lm_head")
+    ]
+    norms = {
+        "attention" if m.component == "attention" else "mlp" for m in mods if m.name in _NORM_FED
+    }
+    outer = len(norms) * setup.arch.hidden_size * c
+    inner = sum(m.in_features * c for m in mods if m.name not in _NORM_FED)
+    return float(outer), float(inner)
+
+
 def _layer_terms(setup: ActivationSetup, i: int, grad_flows: bool) -> _LayerTerms:
     arch = setup.arch
     c = setup.compute_bytes
@@ -301,7 +352,9 @@ def activation_coefficients(setup: ActivationSetup) -> ActivationCoefficients:
         if t.inner or t.outer:
             grad_flows = True
         if setup.checkpointing == "full" and (t.inner or t.outer):
-            lin.append(h * setup.residual_bytes / sp_div)  # the checkpointed layer input
+            ctx_outer, ctx_inner = _context_kept_inputs(setup, i)
+            # the checkpointed layer input, and what old-bitsandbytes contexts hold on to
+            lin.append((h * setup.residual_bytes + ctx_outer) / sp_div + ctx_inner / tp)
             quad.append(0.0)
             recompute_lin = max(recompute_lin, full_lin + t.work / tp)
             recompute_quad = max(recompute_quad, full_quad)

@@ -190,3 +190,22 @@ def test_old_bitsandbytes_inputs_only_for_quantized_bases():
     assert q_old.details["allocated_peak_bytes"] - q_new.details[
         "allocated_peak_bytes"
     ] == pytest.approx(expected, rel=1e-6)
+
+
+def test_old_bitsandbytes_inputs_survive_checkpointing():
+    # bitsandbytes < 0.43.2 holds each 4-bit matmul's input as an attribute of its autograd
+    # context, which non-reentrant checkpointing does not free. Under full checkpointing each
+    # Llama-3.1-8B layer then keeps, besides its input, the attention-norm output read by
+    # q/k/v (4096), the attention output read by o_proj (32 heads × 128), the MLP-norm output
+    # read by gate/up (4096) and the product read by down_proj (14336), 2 bytes each per token.
+    kw = dict(precision="bf16", sequence_length=1024, gradient_checkpointing="full")
+    q_new = estimate_finetune(FinetuneRequest(ARCH, method="qlora", **kw))
+    q_old = estimate_finetune(
+        FinetuneRequest(ARCH, method="qlora", quantized_base_saves_inputs=True, **kw)
+    )
+    expected = 32 * 1024 * 2 * (4096 + 32 * 128 + 4096 + 14336)
+    assert q_old.details["allocated_peak_bytes"] - q_new.details[
+        "allocated_peak_bytes"
+    ] == pytest.approx(expected, rel=1e-6)
+    assert any("0.43.2" in a for a in q_old.assumptions)
+    assert not any("0.43.2" in a for a in q_new.assumptions)
