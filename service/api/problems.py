@@ -175,12 +175,22 @@ async def _on_http_error(request: Request, exc: Exception) -> JSONResponse:
     return response
 
 
-async def _on_domain_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, EstimatorError)
+def domain_error_parts(
+    exc: EstimatorError, field_prefix: str = ""
+) -> tuple[int, list[dict[str, str]] | None]:
+    """The status (404 for an unknown id, else 422) and field errors of a domain error;
+    `field_prefix` places the field inside a larger body (a batch item)."""
     status = 404 if isinstance(exc, NotFound) else 422
     errors = None
     if exc.field is not None:
-        errors = [{"field": exc.field, "message": exc.detail, "type": type(exc).__name__}]
+        field = field_prefix + exc.field
+        errors = [{"field": field, "message": exc.detail, "type": type(exc).__name__}]
+    return status, errors
+
+
+async def _on_domain_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, EstimatorError)
+    status, errors = domain_error_parts(exc)
     return problem_response(request, status, exc.detail, errors=errors)
 
 

@@ -593,26 +593,22 @@ class _Reader:
             value = self._default(key)
         return _check_int(value, key, low, high)
 
+    def _optional(self, key: str) -> Any:
+        """The config's value, else the family default, else None (null is a value too)."""
+        if key in self.config:
+            return self.config[key]
+        if key in self.family.defaults:
+            return self._default(key)
+        return None
+
     def opt_int(self, key: str, *, low: int = 1, high: int) -> int | None:
         """An int that may legitimately be null (q_lora_rank, sliding_window)."""
-        if key in self.config:
-            value = self.config[key]
-        elif key in self.family.defaults:
-            value = self._default(key)
-        else:
-            return None
-        if value is None:
-            return None
-        return _check_int(value, key, low, high)
+        value = self._optional(key)
+        return None if value is None else _check_int(value, key, low, high)
 
     def opt_float(self, key: str, *, low: float, high: float) -> float | None:
         """A positive float that may legitimately be null (softcapping: null means off)."""
-        if key in self.config:
-            value = self.config[key]
-        elif key in self.family.defaults:
-            value = self._default(key)
-        else:
-            return None
+        value = self._optional(key)
         if value is None:
             return None
         if isinstance(value, bool) or not isinstance(value, int | float):
@@ -903,6 +899,17 @@ class Architecture:
     attn_logit_softcapping: float | None = None
     final_logit_softcapping: float | None = None
     attention_softmax_fp32: bool = True
+
+    def __hash__(self) -> int:
+        # An Architecture keys every estimator cache (plans, splits, candidate counts) and a
+        # request looks several of them up; the generated hash walks all ~45 fields on every
+        # lookup. The instance is frozen, so the hash is computed once and kept.
+        cached: int | None = self.__dict__.get("_cached_hash")
+        if cached is None:
+            values = tuple(getattr(self, f.name) for f in dataclasses.fields(self))
+            cached = hash(values)
+            object.__setattr__(self, "_cached_hash", cached)
+        return cached
 
     # ---- construction ---------------------------------------------------------------
 

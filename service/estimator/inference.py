@@ -19,6 +19,7 @@ the CUDA context and vLLM's CUDA-graph pool sit in the remaining margin and are 
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -654,8 +655,9 @@ def _min_gpu_count(
 
     Plans are built lazily and only for counts that can hold the weights: every weight sits on
     at least one GPU, so the most loaded of n GPUs holds at least 1/n of the single-GPU
-    weights. Then the largest count in the window is checked (if even that fails, nothing
-    smaller fits: fewer GPUs only hold more), and counts are scanned upward until one fits.
+    weights. The lowest such count is tried first; then the largest count in the window (if
+    even that fails, nothing smaller fits: fewer GPUs only hold more), and counts are scanned
+    upward until one fits.
     The scan builds at most MAX_SCAN_PLANS plans; past that it bisects the rest of the window,
     which assumes a fit stays a fit with more GPUs (true of every split family here, but only
     checked at the counts it visits), and says so.
@@ -665,7 +667,9 @@ def _min_gpu_count(
     arch = req.architecture
     whole = _plan_for(req, 1, 1).stages[0].weights
     floor_count = -(-whole // mem)
-    counts = [n for n in _candidate_counts(arch) if n >= floor_count][:MAX_SEARCH_STEPS]
+    candidates = _candidate_counts(arch)
+    start = bisect.bisect_left(candidates, floor_count)
+    counts = candidates[start : start + MAX_SEARCH_STEPS]
     built = 0
 
     def any_split_fits(n: int) -> bool:
@@ -677,11 +681,17 @@ def _min_gpu_count(
                 return True
         return False
 
-    if not counts or not any_split_fits(counts[-1]):
-        top = counts[-1] if counts else floor_count
-        return None, f"min_gpu_count: no valid TP × PP split of up to {top} GPUs fits"
+    if not counts:
+        return None, f"min_gpu_count: no valid TP × PP split of {floor_count} or more GPUs"
+    # The floor itself first: most requests fit there, and then no other plan is needed.
+    if any_split_fits(counts[0]):
+        return counts[0], None
+    if not any_split_fits(counts[-1]):
+        return None, f"min_gpu_count: no valid TP × PP split of up to {counts[-1]} GPUs fits"
     last = len(counts) - 1
     for i, n in enumerate(counts[:last]):
+        if i == 0:
+            continue  # checked above
         if built >= MAX_SCAN_PLANS:
             # Bisect counts[i..last]; counts[last] is known to fit.
             bad, good = i - 1, last
@@ -711,10 +721,11 @@ def _splits(arch: Architecture, count: int) -> list[tuple[int, int]]:
 
 
 @lru_cache(maxsize=1024)
-def _candidate_counts(arch: Architecture) -> list[int]:
+def _candidate_counts(arch: Architecture) -> tuple[int, ...]:
+    """Every valid TP × PP product, ascending (a tuple: the cached value is shared)."""
     tps = valid_tensor_parallel_sizes(arch)
     counts = {tp * pp for tp in tps for pp in range(1, min(arch.num_layers, 64) + 1)}
-    return sorted(c for c in counts if c <= MAX_GPU_COUNT)
+    return tuple(sorted(c for c in counts if c <= MAX_GPU_COUNT))
 
 
 def fit_inference(req: InferenceRequest, gpu_label: str, gpu_count: int | None) -> Fit:

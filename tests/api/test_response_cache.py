@@ -86,6 +86,8 @@ def test_the_cache_stays_within_its_byte_budget() -> None:
         cache = _find_cache(app)
         assert 0 < len(cache.entries) < 8
         assert cache.size == sum(e.size for e in cache.entries.values()) <= budget
+        gauge = _counter(c.get("/metrics").text, "estimate_response_cache_bytes", "")
+        assert gauge == cache.size
         # The most recent answer is still there; the first was evicted.
         c.post(INFERENCE, json={"model": "meta-llama/Llama-3.1-8B-Instruct", "batch_size": 8})
         c.post(INFERENCE, json={"model": "meta-llama/Llama-3.1-8B-Instruct", "batch_size": 1})

@@ -310,3 +310,13 @@ def test_as_dict_is_plain() -> None:
     import json
 
     json.dumps(build(model_type="mixtral", num_local_experts=8, num_experts_per_tok=2).as_dict())
+
+
+def test_equal_architectures_hash_alike_and_the_hash_is_kept() -> None:
+    """Architectures key the estimator's caches: two built from one config must be equal and
+    hash alike, a different config must not collide here, and the hash is computed once."""
+    a, b = build(), build()
+    assert a is not b and a == b and hash(a) == hash(b)
+    other = build(num_hidden_layers=3)
+    assert other != a and hash(other) != hash(a)
+    assert a.__dict__["_cached_hash"] == hash(a)

@@ -26,12 +26,17 @@ CASES = [
 def _every_count_in_order(
     req: InferenceRequest, seqs: int, seq_len: int, prompt: int
 ) -> int | None:
-    """The definition: the first candidate count (of the same window) with a split that fits."""
+    """The definition: the first candidate count with a split that fits, trying every count
+    from 1 (so the weights floor the service skips below is checked too) up to the top of the
+    service's window."""
     assert req.gpu_memory_bytes is not None
     arch = req.architecture
     whole = inf._plan_for(req, 1, 1).stages[0].weights
     floor_count = -(-whole // req.gpu_memory_bytes)
-    for n in [c for c in inf._candidate_counts(arch) if c >= floor_count][: inf.MAX_SEARCH_STEPS]:
+    candidates = inf._candidate_counts(arch)
+    above = [c for c in candidates if c >= floor_count]
+    top = above[: inf.MAX_SEARCH_STEPS][-1]
+    for n in [c for c in candidates if c <= top]:
         for t, p in inf._splits(arch, n):
             plan = inf._plan_for(req, t, p)
             usable = inf._usable(plan, req.gpu_memory_bytes)

@@ -13,7 +13,13 @@ import orjson
 from fastapi import APIRouter, Request, Response
 from pydantic import ConfigDict, Field, ValidationError
 
-from service.api.problems import problem_body, problem_responses, summarize, validation_errors
+from service.api.problems import (
+    domain_error_parts,
+    problem_body,
+    problem_responses,
+    summarize,
+    validation_errors,
+)
 from service.api.resolve import estimate_params, resolve_gpu, resolve_model
 from service.api.response_cache import OBSERVATION_KEY
 from service.api.schemas.common import STRICT_REQUEST, RequestModel, ResponseModel
@@ -98,10 +104,11 @@ def _architecture_fields(arch: Any) -> dict[str, Any]:
 
 
 def run_estimate(
-    kind: str, body: InferenceRequestBody | FinetuneRequestBody, request: Request
+    body: InferenceRequestBody | FinetuneRequestBody, request: Request
 ) -> tuple[dict[str, Any], Observation]:
     """Resolve, answer, count: the rendered answer and its domain-metric labels."""
     started = time.perf_counter()
+    kind = "inference" if isinstance(body, InferenceRequestBody) else "finetune"
     # The catalogs straight from the app state, not as FastAPI dependencies: solving two
     # dependencies cost more per request than the estimate (bench/profile.txt).
     state = request.app.state
@@ -121,7 +128,7 @@ def run_estimate(
         params = estimate_params(body, _FINETUNE_EXCLUDE)
         answer = answer_finetune(model, params, estimator=body.estimator, gpu=gpu)
         engine = "training"
-    metrics = request.app.state.metrics
+    metrics = state.metrics
     metrics.observe_estimate_latency(kind, time.perf_counter() - started)
     fits = answer.fit.fits if answer.fit is not None else None
     observation = (kind, answer.estimate.estimator, engine, fits)
@@ -129,10 +136,8 @@ def run_estimate(
     return _render(kind, model, answer), observation
 
 
-def _single(
-    kind: str, body: InferenceRequestBody | FinetuneRequestBody, request: Request
-) -> Response:
-    rendered, observation = run_estimate(kind, body, request)
+def _single(body: InferenceRequestBody | FinetuneRequestBody, request: Request) -> Response:
+    rendered, observation = run_estimate(body, request)
     # For the response cache: a replayed answer counts in the domain metrics like this one.
     setattr(request.state, OBSERVATION_KEY, observation)
     return json_response(rendered)
@@ -158,7 +163,7 @@ def json_response(content: dict[str, Any]) -> Response:
     responses=ERRORS,
 )
 async def estimate_inference(body: InferenceRequestBody, request: Request) -> Response:
-    return _single("inference", body, request)
+    return _single(body, request)
 
 
 @router.post(
@@ -168,7 +173,7 @@ async def estimate_inference(body: InferenceRequestBody, request: Request) -> Re
     responses=ERRORS,
 )
 async def estimate_finetune(body: FinetuneRequestBody, request: Request) -> Response:
-    return _single("finetune", body, request)
+    return _single(body, request)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -236,7 +241,7 @@ def estimate_batch(body: BatchRequest, request: Request) -> Response:
         instance = f"{request.url.path}#items/{index}"
         try:
             parsed = _BODIES[item.kind].model_validate(item.request)
-            rendered, _ = run_estimate(item.kind, parsed, request)
+            rendered, _ = run_estimate(parsed, request)
             results.append({"status": 200, "estimate": rendered, "problem": None})
         except ValidationError as exc:
             errors = validation_errors(exc.errors())
@@ -252,22 +257,8 @@ def estimate_batch(body: BatchRequest, request: Request) -> Response:
                 }
             )
         except EstimatorError as exc:
-            status = 404 if isinstance(exc, NotFound) else 422
-            errors = None
-            if exc.field:
-                errors = [
-                    {
-                        "field": f"items.{index}.request.{exc.field}",
-                        "message": exc.detail,
-                        "type": type(exc).__name__,
-                    }
-                ]
-            results.append(
-                {
-                    "status": status,
-                    "estimate": None,
-                    "problem": problem_body(status, exc.detail, errors=errors, instance=instance),
-                }
-            )
+            status, field_errors = domain_error_parts(exc, f"items.{index}.request.")
+            problem = problem_body(status, exc.detail, errors=field_errors, instance=instance)
+            results.append({"status": status, "estimate": None, "problem": problem})
     failed = sum(1 for r in results if r["status"] != 200)
     return json_response({"results": results, "succeeded": len(results) - failed, "failed": failed})
