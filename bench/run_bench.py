@@ -217,20 +217,21 @@ def per_call_us(fn: Any, min_time_s: float = 0.3, repeats: int = 5) -> float:
 
 def in_process() -> dict[str, Any]:
     from bench import asgi_driver
-    from service.api.resolve import estimate_params, resolve_gpu
+    from service.api.convert import finetune_request, inference_request
+    from service.api.resolve import resolve_gpu
     from service.api.schemas.estimates import FinetuneRequestBody, InferenceRequestBody
     from service.catalog.gpu_catalog import load_gpu_catalog
     from service.catalog.model_catalog import load_model_catalog
-    from service.estimator.planner import ModelSpec, answer_finetune, answer_inference
+    from service.estimator.answer import ModelSpec, answer_finetune, answer_inference
 
     models, gpus = load_model_catalog(None), load_gpu_catalog(None)
     entry = models.get(harness.PREFLIGHT["model"].lower())
     spec = ModelSpec.from_architecture(entry.id.split("/")[-1], entry.id, entry.architecture)
     gpu = resolve_gpu(gpus, harness.PREFLIGHT["gpu"])
     inf_body = InferenceRequestBody.model_validate(harness.PREFLIGHT)
-    inf_params = estimate_params(inf_body, frozenset({"gpu", "gpu_count"}))
+    inf_params = inference_request(inf_body)
     ft_body = FinetuneRequestBody.model_validate(FINETUNE_REQUEST)
-    ft_params = estimate_params(ft_body, frozenset({"gpu"}))
+    ft_params = finetune_request(ft_body)
 
     out: dict[str, Any] = {}
     out["inference_fit_us"] = per_call_us(

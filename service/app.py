@@ -22,6 +22,8 @@ from service.api.routes import docs, estimates, gpus, health, models, ui
 from service.api.timeouts import RequestReadTimeoutMiddleware
 from service.catalog.gpu_catalog import load_gpu_catalog
 from service.catalog.model_catalog import load_model_catalog
+from service.estimator import memo
+from service.estimator.model.families import FAMILIES
 from service.settings import Settings, get_settings
 
 DESCRIPTION = """\
@@ -45,6 +47,10 @@ def load_catalogs(app: FastAPI, settings: Settings) -> None:
     """Load and validate both catalogs; raises on any invalid record (start-up fails loudly)."""
     app.state.gpu_catalog = load_gpu_catalog(settings.gpu_catalog_path)
     app.state.model_catalog = load_model_catalog(settings.model_catalog_path)
+    # One byte budget for every estimator cache; what lives anyway is not charged to it.
+    memo.configure(settings.cache_bytes)
+    memo.register_shared(e.architecture for e in app.state.model_catalog.all())
+    memo.register_shared(FAMILIES.values())
     metrics: Metrics = app.state.metrics
     metrics.catalog_entries.labels("gpus").set(len(app.state.gpu_catalog.all()))
     metrics.catalog_entries.labels("models").set(len(app.state.model_catalog.all()))

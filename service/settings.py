@@ -57,6 +57,13 @@ class Settings(BaseSettings):
         le=1_048_576,
         description="Largest request body whose answer the response cache keeps.",
     )
+    cache_bytes: int = Field(
+        32 * 1_048_576,
+        ge=0,
+        le=1024 * 1_048_576,
+        description="Memory for the estimator's cache of derived values (serving setups, "
+        "training states, minimum GPU counts), in bytes; 0 turns it off.",
+    )
     graceful_shutdown_s: int = Field(
         20, ge=1, le=600, description="Seconds in-flight requests get to finish after SIGTERM."
     )

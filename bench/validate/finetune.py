@@ -23,10 +23,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from service.estimator.architecture import Architecture
 from service.estimator.errors import InvalidRequest
-from service.estimator.finetune import FinetuneRequest, LoraSpec, estimate_finetune
-from service.estimator.lora import lora_targets
+from service.estimator.model import Architecture, read_config
+from service.estimator.training import FinetuneRequest, LoraSpec, estimate_finetune
+from service.estimator.training.lora import lora_targets
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -73,7 +73,7 @@ def tracer_request(rec: dict[str, object]) -> FinetuneRequest:
     raw_flags = rec["flags"]
     assert isinstance(raw_flags, list)
     flags = {str(f) for f in raw_flags}
-    arch = Architecture.from_hf_config(rec["config"])  # type: ignore[arg-type]
+    arch = read_config(rec["config"])  # type: ignore[arg-type]
     lora = "lora" in flags
     # The tracer's seven names, as peft resolves them on this model (on MoE models peft maps
     # gate_proj/up_proj/down_proj onto the fused experts; Mixtral's experts are w1/w3/w2, so
@@ -253,7 +253,7 @@ def _litgpt_rows(rows: list[dict[str, str]]) -> Iterator[tuple[str, float, Finet
         method = r["method"]
         if method not in ("LoRA", "QLoRA nf4", "QLoRA nf4-dq"):
             continue
-        arch = Architecture.from_hf_config(_PUBLISHED_CONFIGS[model])
+        arch = read_config(_PUBLISHED_CONFIGS[model])
         req = FinetuneRequest(
             architecture=arch,
             method="qlora" if method.startswith("QLoRA") else "lora",
@@ -400,7 +400,7 @@ def swift_values(rows: list[dict[str, str]]) -> list[SwiftValue]:
             config, default_tm = _SWIFT_MODELS[model]
             qlora = quant == "bnb int4"
             req = FinetuneRequest(
-                architecture=Architecture.from_hf_config(_PUBLISHED_CONFIGS[config]),
+                architecture=read_config(_PUBLISHED_CONFIGS[config]),
                 method="full" if method == "full" else ("qlora" if qlora else "lora"),
                 lora=LoraSpec(rank=rank, target_modules=targets or default_tm),
                 weight_format="nf4" if qlora else None,
@@ -442,7 +442,7 @@ def swift_length_growth(
 def checkpointed_input_bytes(model: str, tokens: int) -> int:
     """Bytes the layer inputs kept under full checkpointing take for ``tokens`` tokens of a
     ms-swift model (bf16 residual stream): 2 · hidden · layers per token."""
-    arch = Architecture.from_hf_config(_PUBLISHED_CONFIGS[_SWIFT_MODELS[model][0]])
+    arch = read_config(_PUBLISHED_CONFIGS[_SWIFT_MODELS[model][0]])
     return 2 * arch.hidden_size * arch.num_layers * tokens
 
 
@@ -465,7 +465,7 @@ def swift_bnb_excess(rows: list[dict[str, str]]) -> dict[str, tuple[float, float
             g["micro_batch"],
             g["grad_ckpt"],
         )
-        arch = Architecture.from_hf_config(_PUBLISHED_CONFIGS[_SWIFT_MODELS[model][0]])
+        arch = read_config(_PUBLISHED_CONFIGS[_SWIFT_MODELS[model][0]])
         excess = (float(r["measured_value"]) - float(g["measured_value"])) * 2**20
         bshl = int(r["micro_batch"]) * int(r["seq_len"]) * arch.hidden_size * arch.num_layers
         out[model] = (excess, excess / bshl)

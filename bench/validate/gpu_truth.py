@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from bench.gpu_truth.results_schema import read_results
-from service.estimator.architecture import Architecture
+from service.estimator.engines.overhead import cuda_context_bytes
 from service.estimator.errors import EstimatorError
-from service.estimator.finetune import FinetuneRequest, estimate_finetune
 from service.estimator.inference import InferenceRequest, estimate_inference
-from service.estimator.overhead import CUDA_CONTEXT_BYTES
+from service.estimator.model import Architecture, read_config
+from service.estimator.training import FinetuneRequest, estimate_finetune
 
 RESULTS = Path(__file__).resolve().parents[1] / "gpu_truth" / "results"
 GIB = 2**30
@@ -87,7 +87,7 @@ def comparisons(results_dir: Path = RESULTS) -> tuple[list[Comparison], list[str
                 skipped.append(f"{label}: {row['status']} on {row['measured_on']}")
                 continue
             try:
-                arch = Architecture.from_hf_config(row["config_json"])
+                arch = read_config(row["config_json"])
                 if row["kind"] == "train":
                     estimated = _train_allocated(row, arch)
                 else:
@@ -108,7 +108,7 @@ def comparisons(results_dir: Path = RESULTS) -> tuple[list[Comparison], list[str
             if isinstance(context, int) and context > 0:
                 found.append(
                     Comparison(
-                        path.name, row["case_id"], "cuda-context", context, CUDA_CONTEXT_BYTES
+                        path.name, row["case_id"], "cuda-context", context, cuda_context_bytes()
                     )
                 )
     return found, skipped

@@ -27,12 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from service.catalog.model_catalog import load_model_catalog
-from service.estimator.architecture import Architecture
 from service.estimator.inference import (
     InferenceRequest,
     estimate_inference,
     stage_figures,
 )
+from service.estimator.model import Architecture, read_config
 
 GIB = 2**30
 MIB = 2**20
@@ -368,7 +368,7 @@ def tracer_request(rec: dict[str, Any]) -> InferenceRequest:
         cfg["num_hidden_layers"] = n
         if isinstance(cfg.get("layer_types"), list):
             cfg["layer_types"] = cfg["layer_types"][:n]
-    arch = Architecture.from_hf_config(cfg)
+    arch = read_config(cfg)
     seq = int(rec["seq"])
     return InferenceRequest(
         architecture=arch,

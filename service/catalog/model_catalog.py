@@ -17,9 +17,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from service.estimator.architecture import Architecture
 from service.estimator.errors import EstimatorError, NotFound
-from service.estimator.parameters import ParameterCounts, count_parameters
+from service.estimator.model import Architecture, ParameterCounts, count_parameters, read_config
 
 __all__ = ["CatalogError", "ModelCatalog", "ModelEntry", "load_model_catalog"]
 
@@ -48,7 +47,7 @@ class ModelEntry:
 
     @property
     def family(self) -> str:
-        return self.architecture.family
+        return self.architecture.family_name
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -130,7 +129,7 @@ def _entry(record: Any, where: str) -> ModelEntry:
     if not isinstance(config, Mapping):
         raise CatalogError(f"{where}: config must be an object")
     try:
-        arch = Architecture.from_hf_config(config)
+        arch = read_config(config)
     except EstimatorError as exc:
         raise CatalogError(f"{where}: {exc.detail}") from exc
     if record["dtype"] != arch.dtype:

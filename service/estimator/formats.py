@@ -1,9 +1,11 @@
 """Storage formats: the bytes of a tensor element, and of a linear weight in each weight format.
 
-This module is the one place a dtype's size lives (docs/CONTRIBUTING.md). Every other
-module asks it for bytes: `bytes_per_element("bf16")` for plain tensors, `linear_weight_bytes(fmt,
-in_features, out_features)` for a linear layer's weight stored in a (possibly quantized) format,
-scales, zero points and index tensors included.
+A dtype's size lives in :mod:`service.estimator.units`; this module is the one place a weight
+format lives: :func:`linear_weight_bytes` gives the bytes of a linear layer's weight stored in a
+(possibly quantized) format, scales, zero points and index tensors included, and
+:func:`format_from_quantization` the format a checkpoint's ``quantization_config`` describes.
+Adding a format is a row in ``_FORMATS`` (and, for a new layout, a function in ``_LAYOUTS``),
+plus its parser in ``service/estimator/model/quantization.py`` when a config can name it.
 
 Each quantized layout follows the tensors its checkpoint format really stores:
 
@@ -15,7 +17,8 @@ Each quantized layout follows the tensors its checkpoint format really stores:
 - int4 (compressed-tensors w4a16, symmetric): 4-bit weights packed in int32, one 16-bit scale per
   group of 128 input features and output channel, no zero point.
 - GPTQ (AutoGPTQ layout): ``qweight`` int32 [in * bits / 32, out], ``qzeros`` int32
-  [in / g, out * bits / 32], ``scales`` fp16 [in / g, out], ``g_idx`` int32 [in].
+  [in / g, out * bits / 32], ``scales`` fp16 [in / g, out], ``g_idx`` int32 [in]. A group size
+  of -1 in the config (per channel) is one group spanning the whole input.
 - AWQ (AutoAWQ GEMM layout): ``qweight`` int32 [in, out * bits / 32], ``qzeros`` int32
   [in / g, out * bits / 32], ``scales`` fp16 [in / g, out].
 - bitsandbytes nf4 / fp4 (``bnb_4bit_use_double_quant=True``, QLoRA's setting): two weights per
@@ -32,84 +35,35 @@ Each quantized layout follows the tensors its checkpoint format really stores:
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
 from service.estimator.errors import InvalidRequest
+from service.estimator.model.quantization import QuantizationSpec
+from service.estimator.units import bytes_per_element, cdiv
 
 __all__ = [
-    "DTYPE_BYTES",
     "KV_CACHE_DTYPES",
+    "QLORA_FORMATS",
     "WEIGHT_FORMATS",
     "WeightFormat",
-    "bytes_per_element",
+    "format_from_quantization",
     "get_format",
     "kv_dtype_bytes",
     "linear_weight_bytes",
-    "normalize_dtype",
 ]
-
-# Bytes of one element of a plain (unquantized) tensor.
-DTYPE_BYTES: dict[str, float] = {
-    "fp64": 8,
-    "fp32": 4,
-    "tf32": 4,
-    "fp16": 2,
-    "bf16": 2,
-    "fp8": 1,
-    "fp8_e4m3": 1,
-    "fp8_e5m2": 1,
-    "int64": 8,
-    "int32": 4,
-    "int16": 2,
-    "int8": 1,
-    "uint8": 1,
-    "bool": 1,
-    "int4": 0.5,
-    "fp4": 0.5,
-}
-
-_DTYPE_ALIASES: dict[str, str] = {
-    "float64": "fp64",
-    "double": "fp64",
-    "float32": "fp32",
-    "float": "fp32",
-    "float16": "fp16",
-    "half": "fp16",
-    "bfloat16": "bf16",
-    "float8": "fp8",
-    "float8_e4m3fn": "fp8_e4m3",
-    "float8_e4m3": "fp8_e4m3",
-    "float8_e5m2": "fp8_e5m2",
-    "e4m3": "fp8_e4m3",
-    "e5m2": "fp8_e5m2",
-}
-
-
-def normalize_dtype(name: str) -> str:
-    """The canonical short name of a dtype ("bfloat16" -> "bf16"); unknown names pass through."""
-    key = name.strip().lower().removeprefix("torch.")
-    return _DTYPE_ALIASES.get(key, key)
-
-
-def bytes_per_element(dtype: str) -> float:
-    """Bytes of one element of a plain tensor of `dtype` (0.5 for the packed 4-bit types)."""
-    key = normalize_dtype(dtype)
-    try:
-        return DTYPE_BYTES[key]
-    except KeyError:
-        raise InvalidRequest(
-            f"unknown dtype {dtype!r}; known: {', '.join(sorted(DTYPE_BYTES))}", field="dtype"
-        ) from None
 
 
 @dataclass(frozen=True, slots=True)
 class WeightFormat:
     """How one format stores a linear layer's weight, and which tensors it leaves unquantized.
 
-    `kind` selects the layout function; `bits` is the width of one stored weight; `group_size`
-    the number of weights sharing one scale (along the input dimension for GPTQ/AWQ/int4, along
-    the flattened tensor for block formats). `dense_dtype` is the dtype of everything the format
+    `kind` selects the layout function (``_LAYOUTS``); `bits` is the width of one stored weight;
+    `group_size` the number of weights sharing one scale (along the input dimension for
+    GPTQ/AWQ/int4, 0 meaning one group per output channel; along the flattened tensor for block
+    formats). `dense_dtype` is the dtype of everything the format
     does not quantize (embeddings, lm_head, norms, routers, biases) when the checkpoint's own
     dtype is not known to override it. `quantize_embeddings` is true for formats that also store
     the token embedding and the output matrix quantized (GGUF). `experts_only` quantizes only
@@ -125,10 +79,17 @@ class WeightFormat:
     experts_only: bool = False
     block_bytes: int = 0  # GGUF: bytes of one block of `group_size` weights
     description: str = ""
+    # A frozen base a LoRA adapter can train on (bitsandbytes 4- and 8-bit: QLoRA).
+    qlora_base: bool = False
 
     @property
     def quantized(self) -> bool:
         return self.kind != "plain"
+
+    @property
+    def groups_per_channel(self) -> bool:
+        """One scale per output channel (group size 0: the whole input is one group)."""
+        return self.group_size == 0
 
 
 _FORMATS: tuple[WeightFormat, ...] = (
@@ -138,17 +99,28 @@ _FORMATS: tuple[WeightFormat, ...] = (
     WeightFormat("fp8", "fp8-tensor", 8, description="fp8 e4m3, one fp32 scale per tensor"),
     WeightFormat("fp8-channel", "fp8-channel", 8, description="fp8 e4m3, fp32 scale per row"),
     WeightFormat("fp8-block", "fp8-block", 8, 128, description="fp8 e4m3, 128x128 fp32 scales"),
-    WeightFormat("int8", "int8-channel", 8, description="int8 (w8a8), fp32 scale per row"),
+    WeightFormat(
+        "int8", "int8-channel", 8, qlora_base=True, description="int8 (w8a8), fp32 scale per row"
+    ),
     WeightFormat("int4", "int4-sym", 4, 128, description="int4 w4a16, 16-bit scale per 128"),
     WeightFormat("gptq-int4", "gptq", 4, 128, dense_dtype="fp16", description="GPTQ 4-bit g128"),
     WeightFormat("gptq-int8", "gptq", 8, 128, dense_dtype="fp16", description="GPTQ 8-bit g128"),
     WeightFormat("gptq-int3", "gptq", 3, 128, dense_dtype="fp16", description="GPTQ 3-bit g128"),
     WeightFormat("gptq-int2", "gptq", 2, 128, dense_dtype="fp16", description="GPTQ 2-bit g128"),
     WeightFormat("awq-int4", "awq", 4, 128, dense_dtype="fp16", description="AWQ 4-bit g128"),
-    WeightFormat("nf4", "bnb4-dq", 4, 64, description="bitsandbytes NF4, block 64, double quant"),
-    WeightFormat("fp4", "bnb4-dq", 4, 64, description="bitsandbytes FP4, block 64, double quant"),
     WeightFormat(
-        "nf4-single", "bnb4", 4, 64, description="bitsandbytes NF4, block 64, fp32 absmax"
+        "nf4", "bnb4-dq", 4, 64, qlora_base=True, description="bitsandbytes NF4, block 64, dq"
+    ),
+    WeightFormat(
+        "fp4", "bnb4-dq", 4, 64, qlora_base=True, description="bitsandbytes FP4, block 64, dq"
+    ),
+    WeightFormat(
+        "nf4-single",
+        "bnb4",
+        4,
+        64,
+        qlora_base=True,
+        description="bitsandbytes NF4, block 64, fp32 absmax",
     ),
     WeightFormat("mxfp4", "mx", 4, 32, experts_only=True, description="MXFP4, e8m0 scale per 32"),
     WeightFormat("gguf-q8_0", "gguf", 8, 32, "fp32", True, block_bytes=34),
@@ -167,6 +139,9 @@ _BY_NAME: dict[str, WeightFormat] = {f.name: f for f in _FORMATS}
 
 # Every weight format the service accepts (the API's enum is built from this tuple).
 WEIGHT_FORMATS: tuple[str, ...] = tuple(f.name for f in _FORMATS)
+
+# Formats a QLoRA base may be stored in (bitsandbytes 4- and 8-bit).
+QLORA_FORMATS: tuple[str, ...] = tuple(f.name for f in _FORMATS if f.qlora_base)
 
 _FORMAT_ALIASES: dict[str, str] = {
     "float32": "fp32",
@@ -193,7 +168,7 @@ def get_format(name: str) -> WeightFormat:
         return _BY_NAME[key]
     except KeyError:
         raise InvalidRequest(
-            f"unknown weight_format {name!r}; supported: {', '.join(WEIGHT_FORMATS)}",
+            f"unknown weight_format {name[:40]!r}; supported: {', '.join(WEIGHT_FORMATS)}",
             field="weight_format",
         ) from None
 
@@ -203,75 +178,143 @@ def kv_dtype_bytes(kv_cache_dtype: str, activation_dtype: str) -> float:
     key = kv_cache_dtype.strip().lower()
     if key not in KV_CACHE_DTYPES:
         raise InvalidRequest(
-            f"unknown kv_cache_dtype {kv_cache_dtype!r}; allowed: {', '.join(KV_CACHE_DTYPES)}",
+            f"unknown kv_cache_dtype {kv_cache_dtype[:40]!r}; "
+            f"allowed: {', '.join(KV_CACHE_DTYPES)}",
             field="kv_cache_dtype",
         )
     return bytes_per_element(activation_dtype if key == "auto" else key)
 
 
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
+def _groups(f: WeightFormat, in_features: int) -> int:
+    """Scale groups along the input of one output channel (one when per channel)."""
+    return 1 if f.groups_per_channel else cdiv(in_features, f.group_size)
+
+
+def _plain(f: WeightFormat, fan_in: int, fan_out: int) -> int:
+    return int(fan_in * fan_out * bytes_per_element(f.name))
+
+
+def _fp8_tensor(f: WeightFormat, fan_in: int, fan_out: int) -> int:
+    return fan_in * fan_out + 4
+
+
+def _per_channel_8bit(f: WeightFormat, fan_in: int, fan_out: int) -> int:
+    return fan_in * fan_out + 4 * fan_out
+
+
+def _fp8_block(f: WeightFormat, fan_in: int, fan_out: int) -> int:
+    blocks = cdiv(fan_out, f.group_size) * cdiv(fan_in, f.group_size)
+    return fan_in * fan_out + 4 * blocks
+
+
+def _int4_symmetric(f: WeightFormat, fan_in: int, fan_out: int) -> int:
+    packed = cdiv(fan_in * f.bits, 32) * 4 * fan_out
+    return packed + 2 * _groups(f, fan_in) * fan_out
+
+
+def _gptq(f: WeightFormat, fan_in: int, fan_out: int) -> int:
+    groups = _groups(f, fan_in)
+    qweight = cdiv(fan_in * f.bits, 32) * 4 * fan_out
+    qzeros = groups * cdiv(fan_out * f.bits, 32) * 4
+    return qweight + qzeros + 2 * groups * fan_out + 4 * fan_in  # + scales + g_idx
+
+
+def _awq(f: WeightFormat, fan_in: int, fan_out: int) -> int:
+    groups = _groups(f, fan_in)
+    qweight = fan_in * cdiv(fan_out * f.bits, 32) * 4
+    qzeros = groups * cdiv(fan_out * f.bits, 32) * 4
+    return qweight + qzeros + 2 * groups * fan_out
+
+
+_CODE4_BYTES = 16 * 4  # bitsandbytes' 16-entry fp32 4-bit code book
+
+
+def _bnb4(f: WeightFormat, fan_in: int, fan_out: int) -> int:
+    n = fan_in * fan_out
+    return cdiv(n, 2) + 4 * cdiv(n, f.group_size) + _CODE4_BYTES
+
+
+def _bnb4_double_quant(f: WeightFormat, fan_in: int, fan_out: int) -> int:
+    # absmax quantized to uint8; second level: an fp32 absmax per 256 blocks, a 256-entry fp32
+    # code book and an fp32 offset.
+    n = fan_in * fan_out
+    blocks = cdiv(n, f.group_size)
+    return cdiv(n, 2) + blocks + 4 * cdiv(blocks, 256) + 256 * 4 + 4 + _CODE4_BYTES
+
+
+def _mx(f: WeightFormat, fan_in: int, fan_out: int) -> int:
+    n = fan_in * fan_out
+    return cdiv(n, 2) + cdiv(n, f.group_size)
+
+
+def _gguf(f: WeightFormat, fan_in: int, fan_out: int) -> int:
+    return cdiv(fan_in * fan_out, f.group_size) * f.block_bytes
+
+
+_LAYOUTS: dict[str, Callable[[WeightFormat, int, int], int]] = {
+    "plain": _plain,
+    "fp8-tensor": _fp8_tensor,
+    "fp8-channel": _per_channel_8bit,
+    "int8-channel": _per_channel_8bit,
+    "fp8-block": _fp8_block,
+    "int4-sym": _int4_symmetric,
+    "gptq": _gptq,
+    "awq": _awq,
+    "bnb4": _bnb4,
+    "bnb4-dq": _bnb4_double_quant,
+    "mx": _mx,
+    "gguf": _gguf,
+}
 
 
 @lru_cache(maxsize=4096)
-def linear_weight_bytes(
-    fmt: str | WeightFormat, in_features: int, out_features: int, dense_dtype: str = "bf16"
-) -> int:
+def linear_weight_bytes(fmt: str | WeightFormat, in_features: int, out_features: int) -> int:
     """Bytes of one linear weight of shape [out, in] stored in `fmt`, scales and zeros included.
 
-    `dense_dtype` is used for plain formats' neighbours only when the format names none; a plain
-    format ("bf16") always uses its own width. Biases are not included (they stay unquantized).
+    Biases are not included (they stay unquantized).
     """
     f = fmt if isinstance(fmt, WeightFormat) else get_format(fmt)
-    n = in_features * out_features
-    kind = f.kind
-    if kind == "plain":
-        return int(n * bytes_per_element(f.name))
-    if kind == "fp8-tensor":
-        return n + 4
-    if kind in ("fp8-channel", "int8-channel"):
-        return n + 4 * out_features
-    if kind == "fp8-block":
-        blocks = _cdiv(out_features, f.group_size) * _cdiv(in_features, f.group_size)
-        return n + 4 * blocks
-    if kind == "int4-sym":
-        groups = _cdiv(in_features, f.group_size)
-        packed = _cdiv(in_features * f.bits, 32) * 4 * out_features
-        return packed + 2 * groups * out_features
-    if kind in ("gptq", "awq"):
-        groups = _cdiv(in_features, f.group_size)
-        if kind == "gptq":
-            qweight = _cdiv(in_features * f.bits, 32) * 4 * out_features
-            g_idx = 4 * in_features
-        else:
-            qweight = in_features * _cdiv(out_features * f.bits, 32) * 4
-            g_idx = 0
-        qzeros = groups * _cdiv(out_features * f.bits, 32) * 4
-        scales = 2 * groups * out_features
-        return qweight + qzeros + scales + g_idx
-    if kind in ("bnb4", "bnb4-dq"):
-        blocks = _cdiv(n, f.group_size)
-        packed = _cdiv(n, 2)
-        code4 = 16 * 4  # the 4-bit code book, fp32
-        if kind == "bnb4":
-            return packed + 4 * blocks + code4
-        # absmax quantized to uint8, second level: fp32 absmax per 256 blocks, a 256-entry fp32
-        # code book and an fp32 offset.
-        return packed + blocks + 4 * _cdiv(blocks, 256) + 256 * 4 + 4 + code4
-    if kind == "mx":
-        return _cdiv(n, 2) + _cdiv(n, f.group_size)
-    if kind == "gguf":
-        return _cdiv(n, f.group_size) * f.block_bytes
-    raise AssertionError(f"unhandled format kind {kind}")  # pragma: no cover
+    return _LAYOUTS[f.kind](f, in_features, out_features)
 
 
-def dense_bytes_per_element(fmt: WeightFormat, checkpoint_dtype: str) -> float:
-    """Bytes of one element of a tensor the format leaves unquantized (norms, biases, routers)."""
-    return bytes_per_element(fmt.dense_dtype or checkpoint_dtype)
+def _with_group(fmt: WeightFormat, group_size: int | None) -> WeightFormat:
+    return dataclasses.replace(fmt, group_size=group_size or 0)
 
 
-def embedding_bytes(fmt: WeightFormat, rows: int, cols: int, checkpoint_dtype: str) -> int:
-    """Bytes of an embedding or output matrix: quantized only by formats that say so (GGUF)."""
-    if fmt.quantize_embeddings:
-        return linear_weight_bytes(fmt, cols, rows)
-    return int(rows * cols * dense_bytes_per_element(fmt, checkpoint_dtype))
+def format_from_quantization(q: QuantizationSpec) -> WeightFormat:
+    """The storage format a checkpoint's ``quantization_config`` describes."""
+    method = q.method
+    if method == "gptq":
+        if q.bits not in (2, 3, 4, 8):
+            raise InvalidRequest(f"GPTQ with {q.bits} bits is not supported", field="weight_format")
+        return dataclasses.replace(get_format(f"gptq-int{q.bits}"), group_size=q.group_size or 0)
+    if method == "awq":
+        return dataclasses.replace(
+            get_format("awq-int4"), bits=q.bits, group_size=q.group_size or 0
+        )
+    if method == "bitsandbytes":
+        if q.bits == 8:
+            return get_format("int8")
+        name = q.quant_type or "nf4"
+        fmt = get_format(name)
+        if not q.double_quant:
+            fmt = dataclasses.replace(fmt, name=f"{name}-single", kind="bnb4")
+        return fmt
+    if method == "fp8" or (
+        method == "compressed-tensors"
+        and q.bits == 8
+        and (q.quant_type or "int").startswith("float")
+    ):
+        if q.weight_block_size:
+            return _with_group(get_format("fp8-block"), q.weight_block_size[0])
+        return get_format("fp8" if method == "fp8" else "fp8-channel")
+    if method == "mxfp4":
+        return get_format("mxfp4")
+    if method == "compressed-tensors":
+        if q.bits == 8:
+            return get_format("int8")
+        if q.bits == 4:
+            return _with_group(get_format("int4"), q.group_size)
+    raise InvalidRequest(
+        f"quantization {method} with {q.bits} bits is not supported", field="weight_format"
+    )

@@ -46,14 +46,3 @@ def largest_true(predicate: Callable[[int], bool], lo: int, hi: int) -> int | No
         else:
             bad = mid
     return good
-
-
-def smallest_true(predicate: Callable[[int], bool], candidates: list[int]) -> int | None:
-    """The first candidate (in ascending order) for which predicate holds, else None.
-
-    Candidates are the valid parallel sizes (at most a few dozen), so a linear scan is bounded.
-    """
-    for value in candidates[:MAX_SEARCH_STEPS]:
-        if predicate(value):
-            return value
-    return None

@@ -23,6 +23,7 @@ from service.estimator.errors import InvalidRequest
 from service.estimator.formats import get_format
 from service.estimator.result import Estimate, Fit
 from service.estimator.search import largest_true
+from service.estimator.units import cdiv
 
 # The guide's reference point: activations and KV cache are each this fraction of the 16-bit
 # model size at batch 1 and this many tokens.
@@ -59,13 +60,9 @@ class SimpleModel:
     dtype: str  # format of the weights when the request names none
 
 
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 def _rule_bytes(parameters: int, tokens: int) -> int:
     """10% of the 16-bit size of `parameters`, scaled from 2048 tokens to `tokens`."""
-    return _ceil_div(
+    return cdiv(
         parameters * RULE_ACTIVATION_BYTES * tokens * RULE_FRACTION_NUM,
         RULE_FRACTION_DEN * RULE_TOKENS,
     )
@@ -73,7 +70,7 @@ def _rule_bytes(parameters: int, tokens: int) -> int:
 
 def _weight_bytes(parameters: int, weight_format: str) -> int:
     bits = get_format(weight_format).bits
-    return _ceil_div(parameters * bits, 8)
+    return cdiv(parameters * bits, 8)
 
 
 def estimate_inference_simple(
@@ -124,7 +121,7 @@ def estimate_finetune_simple(
         trainable = p
     else:
         num, den = FREEZE_TRAINABLE_FRACTION if method == "freeze" else ADAPTER_TRAINABLE_FRACTION
-        trainable = _ceil_div(p * num, den)
+        trainable = cdiv(p * num, den)
         assumptions.append(
             f"{method}: {100 * num / den:g}% of the parameters assumed trainable "
             "(the simple rules know no architecture)"
@@ -169,7 +166,7 @@ def _split(
 ) -> Estimate:
     """Even split over `gpus` (the simple rules know no placement); overhead is per GPU."""
     per_gpu = {
-        name: (value // gpus if name == "overhead" else _ceil_div(value, gpus))
+        name: (value // gpus if name == "overhead" else cdiv(value, gpus))
         for name, value in total.items()
     }
     if gpus > 1:

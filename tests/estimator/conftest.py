@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from service.catalog.model_catalog import ModelCatalog, load_model_catalog
-from service.estimator.architecture import Architecture
+from service.estimator.model import Architecture
 
 LLAMA_8B = "meta-llama/Llama-3.1-8B"
 LLAMA_1B = "meta-llama/Llama-3.2-1B"

@@ -1,9 +1,9 @@
-"""KV-cache sizing per engine: per-token bytes, TP replication, vLLM blocks and groups."""
+"""KV-cache sizing: per-token bytes, TP replication, the DynamicCache layout of sliding layers."""
 
 from __future__ import annotations
 
-from service.estimator.architecture import Architecture
-from service.estimator.kv_cache import per_layer_token_bytes, stage_kv_layouts, vllm_groups
+from service.estimator.kv_cache import per_layer_token_bytes, stage_kv_layouts
+from service.estimator.model import read_config
 from tests.estimator.conftest import LLAMA_8B, catalog_architecture
 
 GEMMA3 = {
@@ -52,26 +52,14 @@ def test_gqa_per_token() -> None:
 
 
 def test_mla_latent_not_split_by_tp() -> None:
-    a = Architecture.from_hf_config(MLA)
+    a = read_config(MLA)
     assert per_layer_token_bytes(a, 2, tp=4) == (512 + 64) * 2
     # transformers caches decompressed K (16 × 192) and V (16 × 128)
     assert per_layer_token_bytes(a, 2, latent_mla=False) == 16 * (192 + 128) * 2
 
 
-def test_vllm_groups_gemma3_70_slots() -> None:
-    a = Architecture.from_hf_config(GEMMA3)
-    (stage,) = stage_kv_layouts(a, 2, 1, 1, True)
-    assert (stage.full_layers, stage.sliding_layers) == (10, 52)
-    g = vllm_groups(stage, 16)
-    assert (g.group_size, g.full_groups, g.sliding_groups, g.slots) == (10, 1, 6, 70)
-    # at max_model_len 8192 <= window - 1 + 8192 a window saves nothing but costs a block:
-    assert g.blocks_per_request(8192, 8192) == 512 + 6 * 513
-    # a long context: the window layers stop at min(1023 + 8192, len) tokens + 1 block
-    assert g.blocks_per_request(65536, 8192) == 4096 + 6 * (-(-9215 // 16) + 1)
-
-
 def test_transformers_sliding_cache() -> None:
-    a = Architecture.from_hf_config(GEMMA3)
+    a = read_config(GEMMA3)
     (stage,) = stage_kv_layouts(a, 2, 1, 1, False)
     per = 2 * 16 * 128 * 2
     assert stage.prefill_bytes(4096) == 62 * 4096 * per

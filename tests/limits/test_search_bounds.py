@@ -47,12 +47,6 @@ def test_largest_true_is_bounded_for_an_adversarial_predicate() -> None:
     assert predicate.calls <= STEP_CEILING
 
 
-def test_smallest_true_is_bounded() -> None:
-    predicate = Counter(lambda n: False)
-    assert search.smallest_true(predicate, list(range(1, 100_000))) is None
-    assert predicate.calls <= STEP_CEILING
-
-
 EXTREMES = [
     {
         "model": "meta-llama/Llama-3.1-8B-Instruct",

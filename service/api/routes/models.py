@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, Query
 
 from service.api.deps import get_model_catalog
 from service.api.problems import problem_responses
-from service.api.schemas.models import ModelList, ModelRecord, architecture_fields
+from service.api.schemas.models import ModelList, ModelRecord
 from service.catalog.model_catalog import ModelCatalog, ModelEntry
 
 router = APIRouter(prefix="/v1/models", tags=["models"])
@@ -27,7 +27,7 @@ def model_record(entry: ModelEntry) -> ModelRecord:
         parameters_by_component=dict(counts.by_component),
         dtype=entry.dtype,
         max_position_embeddings=arch.max_position_embeddings,
-        architecture=architecture_fields(arch),
+        architecture=arch.as_dict(),
         source=entry.source,
     )
 

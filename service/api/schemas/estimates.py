@@ -7,7 +7,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    create_model,
+    field_validator,
+    model_validator,
+)
+from typing_extensions import TypedDict
 
 from service.api.schemas.common import (
     MAX_CONFIG_DEPTH,
@@ -17,18 +25,21 @@ from service.api.schemas.common import (
     ResponseModel,
     json_depth_and_size,
 )
-from service.estimator import finetune as ft
-from service.estimator.engines import ENGINES
+from service.estimator import training
+from service.estimator.engines import ENGINES, all_options
 from service.estimator.formats import KV_CACHE_DTYPES, WEIGHT_FORMATS
+from service.estimator.inference.setup import ATTENTION
+from service.estimator.parallel import MAX_GPU_COUNT
+from service.estimator.parallel import MAX_PARALLEL as _MAX_PARALLEL
 
 WeightFormat = Literal[WEIGHT_FORMATS]  # type: ignore[valid-type]
 KvCacheDtype = Literal[KV_CACHE_DTYPES]  # type: ignore[valid-type]
 Engine = Literal[ENGINES]  # type: ignore[valid-type]
-Method = Literal[ft.METHODS]  # type: ignore[valid-type]
-Precision = Literal[ft.PRECISIONS]  # type: ignore[valid-type]
-Optimizer = Literal[ft.OPTIMIZERS]  # type: ignore[valid-type]
-Checkpointing = Literal[ft.GRADIENT_CHECKPOINTING]  # type: ignore[valid-type]
-Attention = Literal["flash", "sdpa", "eager"]
+Method = Literal[training.METHODS]  # type: ignore[valid-type]
+Precision = Literal[training.PRECISIONS]  # type: ignore[valid-type]
+Optimizer = Literal[training.OPTIMIZERS]  # type: ignore[valid-type]
+Checkpointing = Literal[training.GRADIENT_CHECKPOINTING]  # type: ignore[valid-type]
+Attention = Literal[ATTENTION]  # type: ignore[valid-type]
 EstimatorName = Literal["detailed", "simple"]
 
 # Bounds: generous for any real deployment, tight enough that no request is unbounded work.
@@ -36,8 +47,8 @@ MAX_TOKENS = 10**9  # batch × sequence (× concurrency) tokens in one request
 MAX_SEQUENCE = 16 * 1024 * 1024
 MAX_BATCH = 1 << 20
 MAX_CONCURRENCY = 1 << 20
-MAX_PARALLEL = 1024
-MAX_GPUS = 65536
+MAX_PARALLEL = _MAX_PARALLEL
+MAX_GPUS = MAX_GPU_COUNT
 MIN_PARAMETERS = 1_000
 MAX_PARAMETERS = 100 * 10**12
 
@@ -45,7 +56,7 @@ PositiveCount = Annotated[float | int, Field(ge=MIN_PARAMETERS, le=MAX_PARAMETER
 
 
 # JSON Schema for "exactly one of the three names the model".
-EXACTLY_ONE_MODEL = {
+EXACTLY_ONE_MODEL: dict[str, Any] = {
     "oneOf": [
         {"required": ["model"]},
         {"required": ["hf_config"]},
@@ -70,25 +81,25 @@ class ModelSelector(RequestModel):
     model_config = ConfigDict(**RequestModel.model_config, json_schema_extra=EXACTLY_ONE_MODEL)
 
     # Optional but never null: "exactly one of" is then expressible in JSON Schema (oneOf).
-    model: str = Field(
-        None,  # type: ignore[assignment]
+    model: str = Field(  # type: ignore[assignment]
+        None,
         min_length=1,
         max_length=200,
         description="A catalog model id (Hugging Face repo id), matched case-insensitively.",
         examples=["meta-llama/Llama-3.1-8B-Instruct"],
     )
     hf_config: dict[str, Any] = Field(
-        None,  # type: ignore[assignment]
+        None,  # type: ignore[arg-type]
         description="A Hugging Face `config.json`, posted as is (a `text_config` inside is read "
         "for the language model).",
     )
-    parameter_count: ParameterCount = Field(
-        None,  # type: ignore[assignment]
+    parameter_count: ParameterCount = Field(  # type: ignore[assignment]
+        None,
         description="A bare parameter count (e.g. 7e9). Only the simple rules can work from it.",
         examples=[7e9],
     )
-    active_parameter_count: ParameterCount = Field(
-        None,  # type: ignore[assignment]
+    active_parameter_count: ParameterCount = Field(  # type: ignore[assignment]
+        None,
         description="Parameters active per token (MoE), with `parameter_count`.",
     )
     estimator: EstimatorName = Field(
@@ -130,37 +141,33 @@ class ModelSelector(RequestModel):
         return self
 
 
-class EngineOptions(RequestModel):
-    """Serving-engine knobs; unset ones take the engine's own defaults."""
+def _engine_option_field(name: str) -> tuple[Any, Any]:
+    """One field of ``EngineOptions``, from the engines' own option tables."""
+    option, engines = all_options()[name]
+    kind: Any = option.kind
+    if option.choices:
+        kind = Literal[option.choices]
+    bounds: dict[str, Any] = {}
+    if option.low is not None:
+        bounds["gt" if option.low_open else "ge"] = option.low
+    if option.high is not None:
+        bounds["le"] = option.high
+    accepted_by = ", ".join(engines)
+    description = f"{option.description} Accepted by: {accepted_by}."
+    if option.name != name:
+        description = f"Another name of `{option.name}`. {description}"
+    return kind | None, Field(None, description=description, **bounds)
 
-    gpu_memory_utilization: float | None = Field(
-        None,
-        gt=0,
-        le=1,
-        description="vLLM: fraction of the GPU's memory vLLM may use (0.9).",
-        examples=[0.9],
-    )
-    max_model_len: int | None = Field(
-        None, ge=1, le=MAX_SEQUENCE, description="vLLM: longest sequence a request may have."
-    )
-    max_num_batched_tokens: int | None = Field(
-        None,
-        ge=1,
-        le=MAX_SEQUENCE,
-        description="vLLM: tokens per scheduler step (chunked prefill), also its profiling size.",
-    )
-    block_size: Literal[1, 8, 16, 32, 64, 128] | None = Field(
-        None, description="vLLM: tokens per KV-cache block (16)."
-    )
-    enforce_eager: bool | None = Field(
-        None, description="vLLM: no CUDA graphs (saves their memory pool)."
-    )
-    mem_fraction_static: float | None = Field(
-        None, gt=0, le=1, description="SGLang: fraction of memory for weights and the KV pool."
-    )
-    chunked_prefill_size: int | None = Field(
-        None, ge=1, le=MAX_SEQUENCE, description="SGLang: tokens per prefill chunk (8192)."
-    )
+
+#: Serving-engine knobs; unset ones take the engine's own defaults. Built from the engines'
+#: option tables (service/estimator/engines/), so the schema and the engines never disagree;
+#: an option an engine does not have is refused by that engine with a 422 naming it.
+EngineOptions: type[RequestModel] = create_model(  # type: ignore[call-overload]
+    "EngineOptions",
+    __base__=RequestModel,
+    __doc__="Serving-engine knobs; unset ones take the engine's own defaults.",
+    **{name: _engine_option_field(name) for name in sorted(all_options())},
+)
 
 
 class InferenceRequestBody(ModelSelector):
@@ -284,9 +291,10 @@ class FinetuneRequestBody(ModelSelector):
     lora: LoraOptions = Field(default_factory=LoraOptions, description="LoRA/QLoRA adapters.")
     trainable_layers: int | None = Field(
         None,
-        ge=0,
+        ge=1,
         le=4096,
-        description="`freeze`: how many of the last decoder layers stay trainable (default 2).",
+        description="`freeze`: how many of the last decoder layers stay trainable (default: "
+        f"{training.request.DEFAULT_TRAINABLE_LAYERS}).",
     )
     weight_format: WeightFormat | None = Field(
         None, description="Storage of frozen base weights; default model dtype, `nf4` for QLoRA."
@@ -332,27 +340,33 @@ class FinetuneRequestBody(ModelSelector):
 
 
 class ResolvedModel(ResponseModel):
+    """The model the request named, as the estimator resolved it."""
+
     id: str | None = Field(None, description="Catalog id, when the model came from the catalog.")
-    model_type: str | None = None
-    parameter_count: int
-    active_parameter_count: int
+    model_type: str | None = Field(None, description="The config's `model_type` (the family).")
+    parameter_count: int = Field(description="Total parameters, as transformers instantiates.")
+    active_parameter_count: int = Field(description="Parameters one token uses (MoE); = total.")
     architecture: dict[str, Any] | None = Field(
         None, description="The normalized architecture fields the estimator used."
     )
 
 
 class PerGpu(ResponseModel):
-    gpu_count: int
+    """The most loaded GPU."""
+
+    gpu_count: int = Field(description="GPUs the estimate spans (TP × PP).")
     breakdown: dict[str, int] = Field(description="Bytes by component on the most loaded GPU.")
-    total_bytes: int
+    total_bytes: int = Field(description="Sum of `breakdown`.")
 
 
 class FitOut(ResponseModel):
-    gpu: str
-    gpu_count: int
+    """Whether the estimate fits the GPU type and count, and the inverse answers."""
+
+    gpu: str = Field(description="The GPU judged: catalog id, with `/profile` for a MIG slice.")
+    gpu_count: int = Field(description="GPUs judged (TP × PP × data-parallel replicas).")
     usable_bytes: int = Field(description="Per GPU: what the driver reports, less engine reserve.")
     required_bytes: int = Field(description="Per GPU, on the most loaded one.")
-    fits: bool
+    fits: bool = Field(description="Whether the request fits as asked.")
     headroom_bytes: int = Field(description="usable − required; negative when it does not fit.")
     min_gpu_count: int | None = Field(description="Fewest GPUs that fit; null if none does.")
     max_batch_size: int | None = Field(description="Largest batch that fits; null if none.")
@@ -360,6 +374,8 @@ class FitOut(ResponseModel):
 
 
 class CapacityOut(ResponseModel):
+    """What a serving engine reports at start-up, per GPU."""
+
     kv_cache_bytes_per_token: int = Field(description="KV cache one token costs on one GPU.")
     kv_cache_pool_bytes: int = Field(description="The engine's KV-cache pool per GPU.")
     kv_cache_tokens: int = Field(description="Tokens the pool holds.")
@@ -369,17 +385,60 @@ class CapacityOut(ResponseModel):
     subtracted: dict[str, int] = Field(description="What the engine subtracts before the pool.")
 
 
+class InferenceDetails(TypedDict, total=False):
+    """Facts behind an inference estimate."""
+
+    weight_format: Annotated[str, Field(description="The weight format priced.")]
+    activation_dtype: Annotated[str, Field(description="The dtype activations run in.")]
+    kv_cache_bytes_per_token_per_gpu: Annotated[
+        int, Field(description="KV bytes one token costs on one GPU of the last stage.")
+    ]
+    engine: Annotated[str, Field(description="The engine modelled.")]
+    outside_budget_bytes: Annotated[
+        int, Field(description="Per GPU: held in the margin the engine's budget leaves.")
+    ]
+
+
+class FinetuneDetails(TypedDict, total=False):
+    """Facts behind a fine-tuning estimate."""
+
+    trainable_parameters: Annotated[int, Field(description="Parameters that train.")]
+    total_parameters: Annotated[int, Field(description="Parameters of the model.")]
+    weights_dtype: Annotated[str, Field(description="How the weights are held on the GPU.")]
+    trainable_dtype: Annotated[str, Field(description="The dtype of trainable parameters.")]
+    compute_dtype: Annotated[str, Field(description="The dtype activations run in.")]
+    gradient_dtype: Annotated[str, Field(description="The dtype of gradients.")]
+    optimizer_state_layout: Annotated[str, Field(description="The optimizer's state layout.")]
+    data_parallel_size: Annotated[int, Field(description="Data-parallel replicas.")]
+    peak_phase: Annotated[
+        str, Field(description="Where the peak is: forward, backward, backward_end, step.")
+    ]
+    allocated_peak_bytes: Annotated[int, Field(description="The allocator's peak, per GPU.")]
+    fragmentation_fraction: Annotated[
+        float, Field(description="Reserved beyond the allocated peak, as a fraction of it.")
+    ]
+
+
 class EstimateResponse(ResponseModel):
-    kind: Literal["inference", "finetune"]
-    estimator: EstimatorName
-    estimator_version: str
-    model: ResolvedModel
+    """One estimate: bytes by component, per GPU and in total, with fit and capacity."""
+
+    kind: Literal["inference", "finetune"] = Field(description="Which estimate this is.")
+    estimator: EstimatorName = Field(description="Which rules answered.")
+    estimator_version: str = Field(
+        description="Release and formula digest; changes whenever a formula does."
+    )
+    model: ResolvedModel = Field(description="The model, as resolved.")
     breakdown: dict[str, int] = Field(description="Bytes by component, summed over all GPUs.")
-    total_bytes: int
-    per_gpu: PerGpu
-    fit: FitOut | None = None
-    capacity: CapacityOut | None = None
+    total_bytes: int = Field(description="Sum of `breakdown`.")
+    per_gpu: PerGpu = Field(description="The most loaded GPU.")
+    fit: FitOut | None = Field(None, description="Present when a `gpu` was given.")
+    capacity: CapacityOut | None = Field(
+        None, description="Serving engines with a KV pool (vLLM, SGLang), with a `gpu`."
+    )
     cpu_bytes: int = Field(0, description="Host memory needed (CPU offload), in bytes.")
-    details: dict[str, Any] = Field(default_factory=dict)
-    assumptions: list[str]
-    summary: str
+    details: InferenceDetails | FinetuneDetails = Field(
+        default_factory=InferenceDetails,
+        description="Facts behind the figures (which formats, dtypes and phases).",
+    )
+    assumptions: list[str] = Field(description="One line per assumption that changed a number.")
+    summary: str = Field(description="One line for a person (GB = 10^9 bytes).")

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
-from collections import Counter
 from typing import Any
 
 from pydantic import Field
 
 from service.api.schemas.common import ResponseModel
-from service.estimator.architecture import Architecture
 
 
 class ModelRecord(ResponseModel):
@@ -29,21 +26,3 @@ class ModelRecord(ResponseModel):
 
 class ModelList(ResponseModel):
     models: list[ModelRecord]
-
-
-def architecture_fields(arch: Architecture) -> dict[str, Any]:
-    """The normalized architecture as plain JSON: per-layer lists become counts."""
-    out: dict[str, Any] = {}
-    for field in dataclasses.fields(arch):
-        if field.name.startswith("_"):
-            continue
-        value = getattr(arch, field.name)
-        if field.name == "layer_types":
-            out["layer_type_counts"] = dict(Counter(value))
-            continue
-        if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            value = dataclasses.asdict(value)
-        elif isinstance(value, tuple) and len(value) > 16:
-            continue
-        out[field.name] = value
-    return out

@@ -1,0 +1,69 @@
+"""Request bodies to the estimator's typed requests, field by field.
+
+Written out on purpose (no reflection over the schema): renaming a field of a body or of a
+domain request fails here, where mypy sees it, not at run time.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Any
+
+from service.api.schemas.estimates import FinetuneRequestBody, InferenceRequestBody
+from service.estimator.inference import InferenceRequest
+from service.estimator.training import FinetuneRequest, LoraSpec
+
+__all__ = ["finetune_request", "inference_request"]
+
+
+def _engine_options(body: InferenceRequestBody) -> MappingProxyType[str, Any]:
+    """The engine options the caller set (the engine checks them against its own table and
+    refuses, naming the field, an option it does not have)."""
+    return MappingProxyType(body.engine_options.model_dump(exclude_none=True))
+
+
+def inference_request(body: InferenceRequestBody) -> InferenceRequest:
+    """The workload of ``body``; the architecture and GPU memory are set by the answer."""
+    return InferenceRequest(
+        architecture=None,
+        weight_format=body.weight_format,
+        kv_cache_dtype=body.kv_cache_dtype,
+        batch_size=body.batch_size,
+        sequence_length=body.sequence_length,
+        prompt_tokens=body.prompt_tokens,
+        concurrency=body.concurrency,
+        engine=body.engine,
+        engine_options=_engine_options(body),
+        tensor_parallel_size=body.tensor_parallel_size,
+        pipeline_parallel_size=body.pipeline_parallel_size,
+        attention=body.attention,
+    )
+
+
+def finetune_request(body: FinetuneRequestBody) -> FinetuneRequest:
+    targets = body.lora.target_modules
+    return FinetuneRequest(
+        architecture=None,
+        method=body.method,
+        lora=LoraSpec(
+            rank=body.lora.rank,
+            alpha=body.lora.alpha,
+            target_modules=targets if isinstance(targets, str) else tuple(targets),
+        ),
+        trainable_layers=body.trainable_layers,
+        weight_format=body.weight_format,
+        precision=body.precision,
+        optimizer=body.optimizer,
+        optimizer_foreach=body.optimizer_foreach,
+        batch_size=body.batch_size,
+        sequence_length=body.sequence_length,
+        gradient_checkpointing=body.gradient_checkpointing,
+        attention=body.attention,
+        gpu_count=body.gpu_count,
+        zero_stage=body.zero_stage,
+        offload_optimizer=body.offload_optimizer,
+        offload_parameters=body.offload_parameters,
+        tensor_parallel_size=body.tensor_parallel_size,
+        pipeline_parallel_size=body.pipeline_parallel_size,
+        sequence_parallel=body.sequence_parallel,
+    )

@@ -1,0 +1,66 @@
+"""Answering one estimate body: resolve the names, build the typed request, answer, observe.
+
+What the estimate routes and the batch route share; the routes only parse and serialize.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from service.api.convert import finetune_request, inference_request
+from service.api.metrics import Metrics
+from service.api.render import render_estimate
+from service.api.resolve import resolve_gpu, resolve_model
+from service.api.schemas.estimates import (
+    EstimateResponse,
+    FinetuneRequestBody,
+    InferenceRequestBody,
+)
+from service.catalog.gpu_catalog import GpuCatalog
+from service.catalog.model_catalog import ModelCatalog
+from service.estimator.answer import answer_finetune, answer_inference
+from service.estimator.errors import InvalidRequest
+
+__all__ = ["Catalogs", "Observation", "run_estimate"]
+
+# Domain-metric labels of one answer: kind, estimator, engine, fit verdict (None: no fit asked).
+Observation = tuple[str, str, str, bool | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Catalogs:
+    models: ModelCatalog
+    gpus: GpuCatalog
+
+
+def run_estimate(
+    body: InferenceRequestBody | FinetuneRequestBody, catalogs: Catalogs, metrics: Metrics
+) -> tuple[EstimateResponse, Observation]:
+    """Resolve, answer, count: the rendered answer and its domain-metric labels."""
+    started = time.perf_counter()
+    model = resolve_model(body, catalogs.models)
+    gpu = resolve_gpu(catalogs.gpus, body.gpu) if body.gpu else None
+    if isinstance(body, InferenceRequestBody):
+        kind = "inference"
+        if body.gpu_count is not None and gpu is None:
+            raise InvalidRequest(
+                "`gpu_count` needs a `gpu` to check the fit on; name the GPU type", field="gpu"
+            )
+        answer = answer_inference(
+            model,
+            inference_request(body),
+            estimator=body.estimator,
+            gpu=gpu,
+            gpu_count=body.gpu_count,
+        )
+        engine = body.engine
+    else:
+        kind = "finetune"
+        answer = answer_finetune(model, finetune_request(body), estimator=body.estimator, gpu=gpu)
+        engine = "training"
+    metrics.observe_estimate_latency(kind, time.perf_counter() - started)
+    fits = answer.fit.fits if answer.fit is not None else None
+    observation = (kind, answer.estimate.estimator, engine, fits)
+    metrics.observe_estimate(*observation)
+    return render_estimate(kind, model, answer), observation

@@ -1,0 +1,82 @@
+"""An answer rendered as the response model, and serialized once.
+
+The response is built as :class:`EstimateResponse` instances without re-validating what the
+estimator produced (``model_construct``: the figures are already checked integers), then
+serialized by pydantic's own serializer. tests/api/test_render.py checks that rendered answers
+equal their validated form.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, cast
+
+from service.api.schemas.estimates import (
+    CapacityOut,
+    EstimateResponse,
+    FinetuneDetails,
+    FitOut,
+    InferenceDetails,
+    PerGpu,
+    ResolvedModel,
+)
+from service.estimator.answer import ESTIMATOR_VERSION, Answer, ModelSpec
+from service.estimator.memo import memoized
+from service.estimator.model import Architecture
+
+__all__ = ["render_estimate"]
+
+
+@memoized
+def _architecture_fields(arch: Architecture) -> dict[str, Any]:
+    # Cached: rendering walks every field of a frozen architecture; nothing mutates the dict.
+    return arch.as_dict()
+
+
+def render_estimate(kind: str, model: ModelSpec, answer: Answer) -> EstimateResponse:
+    est, fit, cap = answer.estimate, answer.fit, answer.estimate.capacity
+    arch = model.architecture
+    return EstimateResponse.model_construct(
+        kind=cast(Literal["inference", "finetune"], kind),
+        estimator=cast(Literal["detailed", "simple"], est.estimator),
+        estimator_version=ESTIMATOR_VERSION,
+        model=ResolvedModel.model_construct(
+            id=model.id,
+            model_type=arch.model_type if arch else None,
+            parameter_count=model.parameter_count,
+            active_parameter_count=model.active_parameter_count,
+            architecture=_architecture_fields(arch) if arch else None,
+        ),
+        breakdown=dict(est.total),
+        total_bytes=est.total_bytes,
+        per_gpu=PerGpu.model_construct(
+            gpu_count=est.gpu_count, breakdown=dict(est.per_gpu), total_bytes=est.per_gpu_bytes
+        ),
+        fit=None
+        if fit is None
+        else FitOut.model_construct(
+            gpu=fit.gpu,
+            gpu_count=fit.gpu_count,
+            usable_bytes=fit.usable_bytes,
+            required_bytes=fit.required_bytes,
+            fits=fit.fits,
+            headroom_bytes=fit.headroom_bytes,
+            min_gpu_count=fit.min_gpu_count,
+            max_batch_size=fit.max_batch_size,
+            max_sequence_length=fit.max_sequence_length,
+        ),
+        capacity=None
+        if cap is None
+        else CapacityOut.model_construct(
+            kv_cache_bytes_per_token=cap.kv_cache_bytes_per_token,
+            kv_cache_pool_bytes=cap.kv_cache_pool_bytes,
+            kv_cache_tokens=cap.kv_cache_tokens,
+            max_concurrency=cap.max_concurrency,
+            sequence_length=cap.sequence_length,
+            budget_bytes=cap.budget_bytes,
+            subtracted=dict(cap.subtracted),
+        ),
+        cpu_bytes=est.cpu_bytes,
+        details=cast(InferenceDetails | FinetuneDetails, dict(est.details)),
+        assumptions=list(answer.assumptions),
+        summary=answer.summary,
+    )

@@ -1,0 +1,196 @@
+"""Answers one estimate request: picks the estimator, runs it, checks the fit, writes the summary.
+
+The HTTP layer resolves names (catalog model, posted config, GPU) into a :class:`ModelSpec` and
+a :class:`GpuTarget`, builds the typed request (:class:`InferenceRequest` or
+:class:`FinetuneRequest`) and calls :func:`answer_inference` or :func:`answer_finetune`;
+everything after that is here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from service.estimator.inference import InferenceRequest, estimate_inference, fit_inference
+from service.estimator.model import Architecture, count_parameters
+from service.estimator.result import Estimate, Fit
+from service.estimator.simple import (
+    SimpleModel,
+    estimate_finetune_simple,
+    estimate_inference_simple,
+    simple_fit,
+)
+from service.estimator.summary import summarize
+from service.estimator.training import FinetuneRequest, estimate_finetune, fit_finetune
+from service.estimator.units import normalize_dtype
+from service.estimator.version import ESTIMATOR_VERSION
+
+__all__ = [
+    "ESTIMATOR_VERSION",
+    "Answer",
+    "GpuTarget",
+    "ModelSpec",
+    "answer_finetune",
+    "answer_inference",
+]
+
+# A sequence-length search never goes past this many tokens (the API's own bound).
+MAX_SEARCH_SEQUENCE = 16 * 1024 * 1024
+# GPU counts the simple rules try for `min_gpu_count`.
+SIMPLE_GPU_COUNTS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """A resolved model: an architecture when known, else a bare parameter count."""
+
+    name: str
+    id: str | None
+    parameter_count: int
+    active_parameter_count: int
+    dtype: str
+    architecture: Architecture | None
+
+    @classmethod
+    def from_architecture(cls, name: str, model_id: str | None, arch: Architecture) -> ModelSpec:
+        counts = count_parameters(arch)
+        return cls(name, model_id, counts.total, counts.active, arch.dtype, arch)
+
+    @classmethod
+    def from_count(cls, total: int, active: int | None) -> ModelSpec:
+        name = f"{total / 1e9:g}B-parameter model"
+        return cls(name, None, total, active or total, "fp16", None)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuTarget:
+    ref: str  # the catalog id, with `/profile` for a MIG slice
+    name: str  # for people
+    memory_bytes: int  # what the driver reports as total for it
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    estimate: Estimate
+    fit: Fit | None
+    summary: str
+    assumptions: tuple[str, ...]
+
+
+def _simple_model(model: ModelSpec, assumptions: list[str], estimator: str) -> SimpleModel:
+    if estimator == "detailed":
+        assumptions.append(
+            "only a parameter count was given: answered with the simple rules (the detailed "
+            "estimator needs `model` or `hf_config`)"
+        )
+    if model.architecture is None:
+        assumptions.append("checkpoint dtype unknown: fp16 assumed (the guide's example)")
+    return SimpleModel(
+        model.parameter_count, model.active_parameter_count, normalize_dtype(model.dtype)
+    )
+
+
+def _finish(
+    model: ModelSpec, estimate: Estimate, fit: Fit | None, gpu: GpuTarget | None, extra: list[str]
+) -> Answer:
+    assumptions = (*extra, *estimate.assumptions, *(fit.assumptions if fit else ()))
+    if model.architecture is not None:
+        assumptions = (*model.architecture.assumptions, *assumptions)
+    summary = summarize(model.name, estimate, fit, gpu.name if gpu else None)
+    return Answer(estimate, fit, summary, tuple(dict.fromkeys(assumptions)))
+
+
+def answer_inference(
+    model: ModelSpec,
+    request: InferenceRequest,
+    *,
+    estimator: str,
+    gpu: GpuTarget | None,
+    gpu_count: int | None,
+) -> Answer:
+    """Estimate (and fit, with a GPU) ``request`` for ``model``; the request's architecture
+    and GPU memory are set here from ``model`` and ``gpu``."""
+    extra: list[str] = []
+    if estimator == "simple" or model.architecture is None:
+        simple = _simple_model(model, extra, estimator)
+        model_gpus = request.tensor_parallel_size * request.pipeline_parallel_size
+
+        def estimate_for(gpus: int, batch: int, seq: int) -> Estimate:
+            return estimate_inference_simple(
+                simple,
+                weight_format=request.weight_format,
+                batch_size=batch,
+                sequence_length=seq,
+                concurrency=request.concurrency,
+                tensor_parallel_size=gpus,
+            )
+
+        batch, seq = request.batch_size, request.sequence_length
+        estimate = estimate_for(model_gpus, batch, seq)
+        fit = None
+        if gpu is not None:
+            fit = simple_fit(
+                estimate_for,
+                gpu_label=gpu.ref,
+                gpu_memory_bytes=gpu.memory_bytes,
+                gpu_count=gpu_count or model_gpus,
+                batch_size=batch,
+                sequence_length=seq,
+                max_sequence_length=MAX_SEARCH_SEQUENCE,
+                gpu_counts=SIMPLE_GPU_COUNTS,
+            )
+        return _finish(model, estimate, fit, gpu, extra)
+
+    request = dataclasses.replace(
+        request,
+        architecture=model.architecture,
+        gpu_memory_bytes=gpu.memory_bytes if gpu else None,
+    )
+    estimate = estimate_inference(request)
+    fit = fit_inference(request, gpu.ref, gpu_count) if gpu is not None else None
+    return _finish(model, estimate, fit, gpu, extra)
+
+
+def answer_finetune(
+    model: ModelSpec,
+    request: FinetuneRequest,
+    *,
+    estimator: str,
+    gpu: GpuTarget | None,
+) -> Answer:
+    """Estimate (and fit, with a GPU) ``request`` for ``model``."""
+    extra: list[str] = []
+    if estimator == "simple" or model.architecture is None:
+        simple = _simple_model(model, extra, estimator)
+
+        def estimate_for(gpus: int, batch: int, seq: int) -> Estimate:
+            return estimate_finetune_simple(
+                simple,
+                method=request.method,
+                weight_format=request.weight_format,
+                precision=request.precision,
+                optimizer=request.optimizer,
+                batch_size=batch,
+                sequence_length=seq,
+            )
+
+        batch, seq = request.batch_size, request.sequence_length
+        estimate = estimate_for(1, batch, seq)
+        fit = None
+        if gpu is not None:
+            fit = simple_fit(
+                estimate_for,
+                gpu_label=gpu.ref,
+                gpu_memory_bytes=gpu.memory_bytes,
+                gpu_count=request.gpu_count,
+                batch_size=batch,
+                sequence_length=seq,
+                max_sequence_length=MAX_SEARCH_SEQUENCE,
+                gpu_counts=[1],
+            )
+        return _finish(model, estimate, fit, gpu, extra)
+
+    request = dataclasses.replace(request, architecture=model.architecture)
+    estimate = estimate_finetune(request)
+    fit = fit_finetune(request, gpu.memory_bytes, gpu.ref) if gpu is not None else None
+    return _finish(model, estimate, fit, gpu, extra)

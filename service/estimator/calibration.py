@@ -1,0 +1,242 @@
+"""The calibration register: every constant of the estimator that stands for a measured effect.
+
+Most of the estimator is mechanism: bytes read off the architecture and the engines' own code.
+What remains are a few effects no formula derives (driver state, library workspaces,
+communication buffers, allocator behaviour, a kernel's scratch): each is one
+:class:`Calibrated` entry below, with its value, the mechanism it stands for, how it was
+obtained and the validation rows it was fitted on. Code reads the value through
+:func:`value` (one place); ``make validate`` reports, for each entry, its error on the rows it
+was fitted on and on rows it was not (leave one out), in docs/accuracy.md; tests pin each
+value, so that changing one is a decision, not an accident.
+
+Row ids name a file of ``../shared/validation`` (or ``bench/validate/data``) and its row key,
+e.g. ``vllm_v0.19_h100:llama31-8b-tp2``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from types import MappingProxyType
+
+__all__ = ["REGISTER", "Calibrated", "overridden", "value"]
+
+MIB = 2**20
+
+_VLLM_H100 = "vllm_v0.19_h100"
+
+
+def _rows(source: str, *keys: str) -> tuple[str, ...]:
+    return tuple(f"{source}:{k}" for k in keys)
+
+
+@dataclass(frozen=True)
+class Calibrated:
+    """One fitted or measured constant (module docstring)."""
+
+    name: str
+    value: float
+    unit: str
+    mechanism: str
+    source: str
+    fitted_on: tuple[str, ...] = ()
+    applies_to: str = ""
+
+
+_ENTRIES: tuple[Calibrated, ...] = (
+    Calibrated(
+        "cuda.context_bytes",
+        512 * MIB,
+        "bytes per GPU",
+        "The CUDA driver's per-process state on the device (loaded module code, device heap, "
+        "local memory) with lazy module loading (CUDA 11.7+), invisible to the allocator.",
+        "nvidia-smi's figure for an idle PyTorch process after torch.cuda.init() (about "
+        "500 MiB on Ampere/Hopper), rounded up to 512 MiB; not fitted to the validation rows.",
+        applies_to="every engine's fit verdict (outside vLLM's budget)",
+    ),
+    Calibrated(
+        "cuda.library_workspace_bytes",
+        256 * MIB,
+        "bytes per GPU",
+        "cuBLAS/cuBLASLt workspaces and the kernel modules loaded lazily during the first "
+        "forward pass: what vLLM's profiler reports as its non-torch increase on one GPU.",
+        "The median of vLLM v0.19's non-torch figure over the single-GPU rows.",
+        fitted_on=_rows(
+            _VLLM_H100,
+            "codellama-7b",
+            "dsv2-lite-tp1",
+            "qwen25-7b-fp8dyn",
+            "gemma2-9b",
+            "gemma3-12b",
+            "granite31-8b",
+            "llama31-8b-kvfp8",
+            "llama31-8b",
+            "llama31-8b-qfp8",
+            "llama31-8b-fp32",
+            "llama31-8b-len2048",
+            "llama31-8b-len32768",
+            "qwen25-7b-kvfp8",
+        ),
+        applies_to="every engine, every GPU",
+    ),
+    Calibrated(
+        "nccl.tp_group_bytes",
+        1832 * MIB,
+        "bytes per GPU",
+        "NCCL communicators of one tensor-parallel group: per-peer, per-channel buffers, "
+        "NVLink SHARP / symmetric buffers on NVSwitch boards, and vLLM's two communicators "
+        "(torch's ProcessGroupNCCL and PyNccl) plus its custom all-reduce buffer.",
+        "vLLM v0.19's non-torch increase at TP 2 and 4 on H100 NVSwitch boards, less the "
+        "library workspace, split with nccl.tp_peer_bytes by a least-squares line over TP.",
+        fitted_on=_rows(
+            _VLLM_H100,
+            "llama31-8b-tp2",
+            "llama31-8b-tp4",
+            "llama33-70b-fp8dyn-tp2",
+            "llama33-70b-fp8dyn-tp4",
+            "mixtral-8x7b-tp2",
+            "qwen25-7b-tp2",
+        ),
+        applies_to="TP >= 2 (fine-tuning: data-parallel groups too)",
+    ),
+    Calibrated(
+        "nccl.tp_peer_bytes",
+        40 * MIB,
+        "bytes per GPU per extra TP peer",
+        "The part of the NCCL buffers that grows with each additional peer of the group.",
+        "The slope of the same least-squares line as nccl.tp_group_bytes.",
+        fitted_on=_rows(
+            _VLLM_H100,
+            "llama31-8b-tp2",
+            "llama31-8b-tp4",
+            "llama33-70b-fp8dyn-tp2",
+            "llama33-70b-fp8dyn-tp4",
+            "mixtral-8x7b-tp2",
+            "qwen25-7b-tp2",
+        ),
+        applies_to="TP >= 2",
+    ),
+    Calibrated(
+        "nccl.pp_peer_bytes",
+        64 * MIB,
+        "bytes per GPU",
+        "Point-to-point (pipeline) communicators: channel buffers for one send/recv peer each way.",
+        "NCCL's default channel buffer (NCCL_BUFFSIZE, 4 MiB) times its channels in each "
+        "direction, rounded; not fitted (the vLLM PP rows report 0.07 GiB non-torch in all, "
+        "below the library workspace, so they cannot separate this term).",
+        applies_to="PP >= 2",
+    ),
+    Calibrated(
+        "vllm.cuda_graph_base_bytes",
+        384 * MIB,
+        "bytes per GPU",
+        "vLLM's CUDA-graph memory pool: the fixed part of the captured decode graphs.",
+        "A least-squares line over vLLM v0.19's measured CUDA-graph memory against the "
+        "decoder layers on the GPU.",
+        fitted_on=(f"{_VLLM_H100}:*cudagraph_actual_gib",),
+        applies_to="vLLM without enforce_eager (outside its budget)",
+    ),
+    Calibrated(
+        "vllm.cuda_graph_per_layer_bytes",
+        17 * MIB,
+        "bytes per GPU per decoder layer",
+        "The per-layer nodes of vLLM's captured decode graphs.",
+        "The slope of the same line as vllm.cuda_graph_base_bytes.",
+        fitted_on=(f"{_VLLM_H100}:*cudagraph_actual_gib",),
+        applies_to="vLLM without enforce_eager",
+    ),
+    Calibrated(
+        "vllm.sampler_bytes_per_logit",
+        12.75,
+        "bytes per logit",
+        "vLLM's dummy sampler run during profiling holds, beyond the model-dtype logits, their "
+        "fp32 copy (4 B) and the top-k/top-p work space (sorted values, int64 indices, "
+        "probabilities).",
+        "Fitted to vLLM v0.19's profiled activation peak on the rows where the sampler is the "
+        "peak.",
+        fitted_on=_rows(_VLLM_H100, "llama31-8b", "qwen25-7b-kvfp8", "qwen25-72b-tp2", "gemma2-9b"),
+        applies_to="vLLM v1 profiling run",
+    ),
+    Calibrated(
+        "transformers.sampling_bytes_per_logit",
+        16,
+        "bytes per vocabulary entry",
+        "transformers' generate: logits processors and sampling on the fp32 scores of the "
+        "decoded position (a few vocabulary-sized copies).",
+        "Set when the transformers path was first written (a few fp32 copies of the scores); "
+        "the Qwen speed-benchmark rows with a 1-token prompt, where decoding sets the peak, "
+        "are the ones it moves.",
+        fitted_on=("qwen_transformers_inference:*in=1",),
+        applies_to="transformers / generic decode",
+    ),
+    Calibrated(
+        "training.fragmentation_fraction",
+        0.05,
+        "fraction of the allocated peak",
+        "PyTorch's caching allocator reserves more than it hands out (block rounding, "
+        "fragmentation): reserved beyond the allocated peak of a training step.",
+        "Set when the fine-tuning estimator was first written; the published rows that report "
+        "reserved memory (ms-swift) are the ones it moves.",
+        fitted_on=("finetune_measurements:*reserved",),
+        applies_to="fine-tuning",
+    ),
+    Calibrated(
+        "training.backward_work_intermediate",
+        3,
+        "copies of the widest intermediate",
+        "The backward working set of one layer: the gradients of the widest intermediates "
+        "(gated MLP or routed experts) alive at once.",
+        "Set when the fine-tuning estimator was first written; the reference tracer's "
+        "checkpointed runs (bench/validate/data/train_tracer.jsonl), where the recomputed "
+        "layer's backward sets the peak, are the ones it moves.",
+        fitted_on=("train_tracer:*",),
+        applies_to="fine-tuning, recomputation and backward transients",
+    ),
+    Calibrated(
+        "training.backward_work_hidden",
+        4,
+        "hidden-width rows",
+        "Hidden-width gradients alive in a layer's backward (residual and norm gradients).",
+        "As training.backward_work_intermediate.",
+        fitted_on=("train_tracer:*",),
+        applies_to="fine-tuning",
+    ),
+    Calibrated(
+        "sglang.mem_fraction_static",
+        0.88,
+        "fraction of GPU memory",
+        "SGLang's static memory fraction (weights and KV pool) when the request sets none.",
+        "SGLang's server_args default for large GPUs; a stand-in until the engine's own rule "
+        "is modelled.",
+        applies_to="SGLang",
+    ),
+)
+
+REGISTER: Mapping[str, Calibrated] = MappingProxyType({e.name: e for e in _ENTRIES})
+
+_overrides: dict[str, float] = {}
+
+
+def value(name: str) -> float:
+    """The value of register entry ``name`` (or its override inside :func:`overridden`)."""
+    if name in _overrides:
+        return _overrides[name]
+    return REGISTER[name].value
+
+
+@contextmanager
+def overridden(**values: float) -> Iterator[None]:
+    """Validation only: evaluate with other values (leave-one-out refits). Callers must drop
+    the estimator's caches around it (:func:`service.estimator.memo.clear`)."""
+    names = {k.replace("__", "."): v for k, v in values.items()}
+    unknown = set(names) - set(REGISTER)
+    if unknown:
+        raise KeyError(f"not in the register: {', '.join(sorted(unknown))}")
+    saved = dict(_overrides)
+    _overrides.update(names)
+    try:
+        yield
+    finally:
+        _overrides.clear()
+        _overrides.update(saved)

@@ -1,0 +1,253 @@
+"""What every serving engine answers, and how its options are declared and checked.
+
+An engine is one subclass of :class:`Engine` in its own module, registered in
+``engines/__init__.py``. It declares its options as data (:class:`Option`: type, bounds,
+default, description, the command-line flag it mirrors) and answers, for a serving setup:
+how much of the GPU its budget may use, what it places next to the weights, what its
+profiling run or its kernels reserve beyond them, its memory outside the allocator, what one
+sequence costs, the capacity it reports at start-up, and when it refuses to start. The
+inference estimator calls these and asks no engine by name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from service.estimator.engines.overhead import OverheadTerms, framework_overhead
+from service.estimator.errors import InvalidRequest
+from service.estimator.weights import Placement
+
+if TYPE_CHECKING:
+    from service.estimator.forward import ForwardCoefficients
+    from service.estimator.inference.setup import ServingSetup, Stage
+    from service.estimator.kv_cache import KvLayout
+    from service.estimator.model import Architecture
+    from service.estimator.result import Capacity
+
+__all__ = ["Engine", "EngineContext", "EngineSettings", "Option", "StageBuild"]
+
+OptionValue = float | int | bool | str
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One engine option: its type, range, default and the engine flag it mirrors.
+
+    ``default`` None means the engine derives it (from the GPU or the model): the engine's
+    :meth:`Engine.defaults` fills it in. ``aliases`` are other request names accepted for it.
+    """
+
+    name: str
+    kind: type
+    description: str
+    default: OptionValue | None = None
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    choices: tuple[OptionValue, ...] = ()
+    flag: str | None = None
+    aliases: tuple[str, ...] = ()
+
+    def allowed(self) -> str:
+        if self.kind is bool:
+            return "true or false"
+        if self.choices:
+            return "one of " + ", ".join(str(c) for c in self.choices)
+        lo = "(" if self.low_open else "["
+        return f"{self.kind.__name__} in {lo}{self.low:g}, {self.high:g}]"
+
+    def check(self, value: Any, field: str) -> OptionValue:
+        """``value`` as this option's type, or InvalidRequest naming ``field``."""
+        if self.kind is bool:
+            if not isinstance(value, bool):
+                raise InvalidRequest(f"{self.name} must be {self.allowed()}", field=field)
+            return value
+        if self.kind is str:
+            if not isinstance(value, str) or (self.choices and value not in self.choices):
+                raise InvalidRequest(f"{self.name} must be {self.allowed()}", field=field)
+            return value
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise InvalidRequest(f"{self.name} must be {self.allowed()}", field=field)
+        if self.kind is int:
+            if isinstance(value, float) and not value.is_integer():
+                raise InvalidRequest(f"{self.name} must be {self.allowed()}", field=field)
+            number: float | int = int(value)
+        else:
+            number = float(value)
+        if self.choices and number not in self.choices:
+            raise InvalidRequest(f"{self.name} must be {self.allowed()}, got {number}", field=field)
+        if self.low is not None and self.high is not None:
+            below = number <= self.low if self.low_open else number < self.low
+            if below or number > self.high:
+                raise InvalidRequest(
+                    f"{self.name} must be {self.allowed()}, got {number}", field=field
+                )
+        return number
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSettings:
+    """An engine with every option resolved (hashable: it keys the setup cache).
+
+    ``values`` maps every option of the engine to its value; ``explicit`` names those the
+    request set (the rest are the engine's defaults).
+    """
+
+    engine: str
+    values: tuple[tuple[str, OptionValue | None], ...]
+    explicit: tuple[str, ...] = ()
+
+    def __getitem__(self, name: str) -> Any:
+        for key, value in self.values:
+            if key == name:
+                return value
+        raise KeyError(name)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        for key, value in self.values:
+            if key == name:
+                return value
+        return default
+
+    def as_dict(self) -> dict[str, OptionValue | None]:
+        return dict(self.values)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineContext:
+    """What an engine's defaults may depend on."""
+
+    architecture: Architecture
+    gpu_memory_bytes: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class StageBuild:
+    """What an engine adds to one pipeline stage of a setup: the activation its budget
+    reserves whatever the workload (a profiling run's peak, a kernel's scratch) and its own
+    per-stage state (vLLM's KV-cache groups)."""
+
+    fixed_activation: int = 0
+    state: Any = None
+    notes: tuple[str, ...] = ()
+
+
+class Engine:
+    """Base of every engine: plain PyTorch behaviour; subclasses override what differs."""
+
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    options: ClassVar[tuple[Option, ...]] = ()
+    # The option that scales the GPU's memory into the engine's budget (None: all of it).
+    budget_option: ClassVar[str | None] = None
+    # Fused MoE and attention kernels: no eager score matrices, fused_moe's shared buffer.
+    fused_kernels: ClassVar[bool] = False
+
+    # ---- options --------------------------------------------------------------------
+
+    @classmethod
+    def option_table(cls) -> Mapping[str, Option]:
+        table = {o.name: o for o in cls.options}
+        for o in cls.options:
+            for alias in o.aliases:
+                table[alias] = o
+        return MappingProxyType(table)
+
+    def resolve(self, given: Mapping[str, Any], ctx: EngineContext) -> EngineSettings:
+        """Check the options a request set and fill in the engine's defaults."""
+        table = self.option_table()
+        values: dict[str, OptionValue | None] = {o.name: o.default for o in self.options}
+        explicit: list[str] = []
+        for name, raw in given.items():
+            if raw is None:
+                continue
+            field = f"engine_options.{name}"
+            option = table.get(name)
+            if option is None:
+                allowed = ", ".join(o.name for o in self.options) or "none"
+                raise InvalidRequest(
+                    f"engine {self.name!r} has no option {name[:40]!r}; its options: {allowed}",
+                    field=field,
+                )
+            values[option.name] = option.check(raw, field)
+            explicit.append(option.name)
+        for name, value in self.defaults(values, ctx).items():
+            if name not in explicit:
+                values[name] = value
+        return EngineSettings(self.name, tuple(sorted(values.items())), tuple(sorted(explicit)))
+
+    def defaults(
+        self, values: Mapping[str, OptionValue | None], ctx: EngineContext
+    ) -> Mapping[str, OptionValue | None]:
+        """Defaults that depend on the GPU or the model (none for the base engine)."""
+        return {}
+
+    def budget_fraction(self, s: EngineSettings) -> float:
+        return 1.0 if self.budget_option is None else float(s[self.budget_option])
+
+    # ---- setup ----------------------------------------------------------------------
+
+    def placement(self, arch: Architecture, s: EngineSettings, act_bytes: float) -> Placement:
+        """How weights are placed, and what every GPU holds next to them."""
+        return Placement()
+
+    def max_model_len(self, s: EngineSettings) -> int | None:
+        """The longest sequence the engine is configured for (None: no such limit)."""
+        return None
+
+    def overheads(
+        self, s: EngineSettings, tp: int, pp: int, layers_on_gpu: int
+    ) -> tuple[OverheadTerms, OverheadTerms]:
+        """(charged to the budget, outside it): context, workspaces, NCCL, graphs."""
+        uses_nccl = tp * pp > 1
+        return framework_overhead(tp, pp, uses_nccl=uses_nccl), OverheadTerms()
+
+    def stage(self, args: StageArgs) -> StageBuild:
+        """What the engine adds to one pipeline stage (nothing for the base engine)."""
+        return StageBuild()
+
+    def setup_notes(
+        self, arch: Architecture, s: EngineSettings, last_state: object
+    ) -> tuple[str, ...]:
+        """Assumption lines about the setup as a whole (``last_state``: the last stage's
+        engine state)."""
+        return ()
+
+    # ---- workload -------------------------------------------------------------------
+
+    def sequence_cost(
+        self, setup: ServingSetup, stage: Stage, seq_len: int, prompt: int
+    ) -> tuple[int, int]:
+        """(KV bytes, activation bytes) one sequence adds on one GPU of ``stage``."""
+        raise NotImplementedError
+
+    def capacity(
+        self, setup: ServingSetup, gpu_memory_bytes: int, seq_len: int
+    ) -> tuple[Capacity, tuple[str, ...]] | None:
+        """What the engine reports at start-up (its KV pool), if it sizes one."""
+        return None
+
+    def refuses(
+        self, setup: ServingSetup, usable: int, required: int, kv_last: int, seq_len: int
+    ) -> bool:
+        """Whether the engine would refuse to start although the workload fits (``required``:
+        the most loaded GPU's bytes, ``kv_last``: the workload's KV cache on the last stage)."""
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class StageArgs:
+    """What an engine sees of one pipeline stage while a setup is built."""
+
+    arch: Architecture
+    settings: EngineSettings
+    kv: KvLayout
+    coeffs: ForwardCoefficients
+    tp: int
+    is_last: bool
+    weight_format_kind: str
+    weight_format_bits: int
+    extra: Mapping[str, Any] = field(default_factory=dict)

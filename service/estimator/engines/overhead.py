@@ -1,0 +1,104 @@
+"""Memory outside the model's tensors: CUDA context, library workspaces, NCCL, CUDA graphs.
+
+These terms do not follow from the architecture; they are properties of the driver, the CUDA
+libraries and the communication stack. Their sizes are entries of the calibration register
+(:mod:`service.estimator.calibration`), which says what each stands for and where it comes
+from; every estimate names the terms it used in its assumptions.
+
+- CUDA context: the driver's per-process state on the device (code of loaded modules, the
+  device heap, local memory). With lazy module loading (CUDA 11.7+ default) it is about half a
+  GiB on Ampere/Hopper, more without it. It is never seen by ``torch.cuda.memory_allocated``.
+- Library workspaces and lazily loaded kernels: cuBLAS/cuBLASLt workspaces (32 MiB per handle
+  on Hopper) and the kernel modules loaded on first use during the first forward pass; vLLM's
+  profiler sees them as its "non-torch" increase of about a quarter GiB on one GPU.
+- NCCL: each communicator allocates per-peer, per-channel buffers (NCCL_BUFFSIZE = 4 MiB per
+  channel and direction) plus NVLink SHARP / symmetric buffers on NVSwitch systems; vLLM keeps
+  two communicators per TP group (torch's ProcessGroupNCCL and its own PyNccl) and a custom
+  all-reduce buffer. The sum measured as vLLM's non-torch increase at TP >= 2 on H100 NVSwitch
+  boards is 1.8-1.9 GiB: that calibration, split into a fixed part and a part per extra peer.
+- CUDA graphs (vLLM): the private memory pool of the captured decode graphs, which grows with the
+  number of captured layers (nodes) on the GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from service.estimator.calibration import value
+from service.estimator.units import GIB
+
+__all__ = [
+    "OverheadTerms",
+    "cuda_context_bytes",
+    "cuda_graph_pool_bytes",
+    "framework_overhead",
+    "nccl_bytes",
+]
+
+
+def nccl_bytes(tensor_parallel_size: int, pipeline_parallel_size: int) -> int:
+    """NCCL buffers one GPU holds for its TP group and its pipeline neighbours."""
+    b = 0
+    if tensor_parallel_size > 1:
+        b += int(
+            value("nccl.tp_group_bytes") + value("nccl.tp_peer_bytes") * (tensor_parallel_size - 1)
+        )
+    if pipeline_parallel_size > 1:
+        b += int(value("nccl.pp_peer_bytes"))
+    return b
+
+
+def cuda_graph_pool_bytes(layers_on_gpu: int) -> int:
+    """vLLM's CUDA-graph memory pool for the graphs of a GPU holding `layers_on_gpu` layers."""
+    return int(
+        value("vllm.cuda_graph_base_bytes")
+        + value("vllm.cuda_graph_per_layer_bytes") * layers_on_gpu
+    )
+
+
+def cuda_context_bytes() -> int:
+    return int(value("cuda.context_bytes"))
+
+
+@dataclass(frozen=True, slots=True)
+class OverheadTerms:
+    """Named overhead terms of one GPU, bytes."""
+
+    cuda_context: int = 0
+    library_workspace: int = 0
+    nccl: int = 0
+    cuda_graphs: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.cuda_context + self.library_workspace + self.nccl + self.cuda_graphs
+
+    def lines(self) -> list[str]:
+        out = []
+        if self.cuda_context:
+            out.append(f"CUDA context {self.cuda_context / GIB:.2f} GiB per GPU")
+        if self.library_workspace:
+            out.append(
+                f"cuBLAS workspaces and lazily loaded kernels {self.library_workspace / GIB:.2f}"
+                " GiB per GPU"
+            )
+        if self.nccl:
+            out.append(f"NCCL buffers {self.nccl / GIB:.2f} GiB per GPU")
+        if self.cuda_graphs:
+            out.append(f"CUDA graph pool {self.cuda_graphs / GIB:.2f} GiB per GPU")
+        return out
+
+
+def framework_overhead(
+    tensor_parallel_size: int = 1,
+    pipeline_parallel_size: int = 1,
+    *,
+    uses_nccl: bool = True,
+    cuda_context: bool = True,
+) -> OverheadTerms:
+    """Context, workspaces and communication buffers of a plain PyTorch process on one GPU."""
+    return OverheadTerms(
+        cuda_context=cuda_context_bytes() if cuda_context else 0,
+        library_workspace=int(value("cuda.library_workspace_bytes")),
+        nccl=nccl_bytes(tensor_parallel_size, pipeline_parallel_size) if uses_nccl else 0,
+    )

@@ -1,0 +1,279 @@
+"""``vllm``: the vLLM v1 engine (v0.19 accounting), as its start-up log reports memory.
+
+Budget: the driver's total × ``gpu_memory_utilization``. At start-up vLLM loads the weights,
+runs a profiling forward on ``max_num_batched_tokens`` dummy tokens and a dummy sampler run,
+measures the torch peak and the non-torch increase, and gives what is left of the budget to the
+KV-cache pool (``gpu_worker.determine_available_memory``). The CUDA context and the CUDA-graph
+pool it captures afterwards live in the margin the budget leaves.
+
+Next to the weights every GPU holds the rotary cos/sin tables vLLM precomputes (one
+``[positions × scaling factor, rotary_dim]`` table per distinct rope, in the model dtype;
+``LinearScalingRotaryEmbedding`` / ``DynamicNTKScalingRotaryEmbedding``) and, for an MLA model,
+the 128 MiB FlashInfer MLA workspace: ``get_valid_backends`` imports each MLA attention backend
+of the platform's priority list while the first ``MLAAttention`` layer is built, and
+``vllm/v1/attention/backends/mla/flashinfer_mla.py`` allocates ``g_fi_workspace``
+(``FLASHINFER_MLA_WORKSPACE_BUFFER_SIZE``) on the GPU at import, inside the load that
+"Model loading took" measures. The vocabulary is padded to a multiple of 64; with PP > 1 a tied
+lm_head gets its own copy on the last stage (``ParallelLMHead``); the vision tower of a
+multimodal model is built on every pipeline rank.
+
+Defaults as vLLM's ``EngineArgs`` picks them for the OpenAI server: on GPUs of at least 70 GiB
+``max_num_batched_tokens`` 8192 and ``max_num_seqs`` 1024, else 2048 and 256; ``block_size``
+16; ``gpu_memory_utilization`` 0.9.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import TYPE_CHECKING, ClassVar
+
+from service.estimator.calibration import value
+from service.estimator.engines.base import (
+    Engine,
+    EngineContext,
+    EngineSettings,
+    Option,
+    OptionValue,
+    StageArgs,
+    StageBuild,
+)
+from service.estimator.engines.overhead import (
+    OverheadTerms,
+    cuda_context_bytes,
+    cuda_graph_pool_bytes,
+    framework_overhead,
+)
+from service.estimator.engines.vllm_kv import VllmKvGroups, vllm_groups
+from service.estimator.model import Architecture
+from service.estimator.result import Capacity
+from service.estimator.units import GIB, MIB
+from service.estimator.weights import Placement
+
+if TYPE_CHECKING:
+    from service.estimator.forward import ForwardCoefficients
+    from service.estimator.inference.setup import ServingSetup, Stage
+
+__all__ = ["LARGE_GPU_BYTES", "MLA_WORKSPACE_BYTES", "VllmEngine", "sampler_peak"]
+
+# vLLM's threshold for its larger scheduling defaults (EngineArgs, usage context OpenAI server).
+LARGE_GPU_BYTES = 70 * GIB
+# FLASHINFER_MLA_WORKSPACE_BUFFER_SIZE, allocated when flashinfer_mla.py is imported.
+MLA_WORKSPACE_BYTES = 128 * MIB
+VOCAB_PADDING = 64
+
+
+def rope_table_bytes(arch: Architecture, dtype_bytes: float) -> int:
+    """vLLM's rotary cos/sin tables: ``max_position × factor`` rows per table (a scaled rope
+    precomputes the scaled range), one extra unscaled table for a second rope (Gemma 3's
+    local layers), ``rotary_dim`` wide, in the model dtype."""
+    positions = arch.max_position_embeddings or 0
+    rows = int(positions * arch.rope_scaling_factor) + positions * (arch.rope_tables - 1)
+    return int(rows * arch.rope_dim * dtype_bytes)
+
+
+def sampler_peak(c: ForwardCoefficients, tokens: int, max_num_seqs: int) -> float:
+    """vLLM's dummy sampler run: logits of min(max_num_seqs, tokens) rows and the sampler's work
+    space (calibration ``vllm.sampler_bytes_per_logit``), while the forward's ``tokens × h``
+    output and two ``rows × h`` copies stay alive."""
+    rows = min(max_num_seqs, tokens)
+    per_logit = c.dtype_bytes + value("vllm.sampler_bytes_per_logit")
+    return rows * c.vocab * per_logit + tokens * c.hidden_row + 2 * rows * c.hidden_row
+
+
+class VllmEngine(Engine):
+    name: ClassVar[str] = "vllm"
+    summary: ClassVar[str] = "vLLM v1: budget = total × gpu_memory_utilization, paged KV pool"
+    budget_option: ClassVar[str | None] = "gpu_memory_utilization"
+    fused_kernels: ClassVar[bool] = True
+    options: ClassVar[tuple[Option, ...]] = (
+        Option(
+            "gpu_memory_utilization",
+            float,
+            "vLLM: fraction of the GPU's memory vLLM may use (0.9); SGLang's equivalent is "
+            "mem_fraction_static.",
+            default=0.9,
+            low=0.0,
+            high=1.0,
+            low_open=True,
+            flag="--gpu-memory-utilization",
+        ),
+        Option(
+            "max_model_len",
+            int,
+            "vLLM: the longest sequence a request may have (prompt plus output).",
+            low=1,
+            high=1 << 24,
+            flag="--max-model-len",
+        ),
+        Option(
+            "max_num_batched_tokens",
+            int,
+            "vLLM: tokens per scheduler step (chunked prefill), also its profiling size "
+            "(8192 on GPUs of 70 GiB or more, else 2048).",
+            low=1,
+            high=1 << 24,
+            flag="--max-num-batched-tokens",
+        ),
+        Option(
+            "max_num_seqs",
+            int,
+            "vLLM: sequences per scheduler step (1024 on GPUs of 70 GiB or more, else 256).",
+            low=1,
+            high=1 << 20,
+            flag="--max-num-seqs",
+        ),
+        Option(
+            "block_size",
+            int,
+            "vLLM: tokens per KV-cache block (16).",
+            default=16,
+            choices=(1, 8, 16, 32, 64, 128),
+            flag="--block-size",
+        ),
+        Option(
+            "enforce_eager",
+            bool,
+            "vLLM: no CUDA graphs (saves their memory pool).",
+            default=False,
+            flag="--enforce-eager",
+        ),
+    )
+
+    def defaults(
+        self, values: Mapping[str, OptionValue | None], ctx: EngineContext
+    ) -> Mapping[str, OptionValue | None]:
+        large = ctx.gpu_memory_bytes is None or ctx.gpu_memory_bytes >= LARGE_GPU_BYTES
+        return MappingProxyType(
+            {
+                "max_num_batched_tokens": 8192 if large else 2048,
+                "max_num_seqs": 1024 if large else 256,
+            }
+        )
+
+    def max_model_len(self, s: EngineSettings) -> int | None:
+        value_ = s["max_model_len"]
+        return None if value_ is None else int(value_)
+
+    def placement(self, arch: Architecture, s: EngineSettings, act_bytes: float) -> Placement:
+        rope = rope_table_bytes(arch, act_bytes)
+        workspace = MLA_WORKSPACE_BYTES if arch.mla is not None else 0
+        notes = []
+        if rope:
+            notes.append(f"vLLM rotary cos/sin cache {rope / GIB:.3f} GiB per GPU")
+        if workspace:
+            notes.append(
+                f"vLLM FlashInfer MLA workspace {workspace / GIB:.3f} GiB per GPU (allocated when "
+                "vLLM imports that attention backend while building the model)"
+            )
+        return Placement(
+            vocab_padding=VOCAB_PADDING,
+            tied_copy_on_last_stage=True,
+            extra_per_gpu=rope + workspace,
+            extra_notes=tuple(notes),
+            vision_on_every_stage=True,
+        )
+
+    def overheads(
+        self, s: EngineSettings, tp: int, pp: int, layers_on_gpu: int
+    ) -> tuple[OverheadTerms, OverheadTerms]:
+        graphs = 0 if s["enforce_eager"] else cuda_graph_pool_bytes(layers_on_gpu)
+        outside = OverheadTerms(cuda_context=cuda_context_bytes(), cuda_graphs=graphs)
+        return framework_overhead(tp, pp, cuda_context=False), outside
+
+    def stage(self, args: StageArgs) -> StageBuild:
+        """The profiling run's peak: the forward on max_num_batched_tokens tokens; on the last
+        stage the larger of that and the sampler run; other stages also hold the hidden state
+        and residual they send on."""
+        s, c = args.settings, args.coeffs
+        t = int(s["max_num_batched_tokens"])
+        forward = c.per_token * t
+        if args.is_last:
+            fixed = int(max(forward, sampler_peak(c, t, int(s["max_num_seqs"]))))
+        else:
+            fixed = int(forward + 2 * t * c.hidden_row)
+        return StageBuild(fixed_activation=fixed, state=vllm_groups(args.kv, int(s["block_size"])))
+
+    def setup_notes(
+        self, arch: Architecture, s: EngineSettings, last_state: object
+    ) -> tuple[str, ...]:
+        t, seqs = int(s["max_num_batched_tokens"]), int(s["max_num_seqs"])
+        notes = [
+            f"vLLM profiling run at max_num_batched_tokens={t}, sampler on {min(seqs, t)} rows"
+        ]
+        if isinstance(last_state, VllmKvGroups) and last_state.sliding_groups:
+            g = last_state
+            notes.append(
+                f"vLLM KV groups: {g.groups} groups of {g.group_size} layers ({g.slots} slots "
+                "per token)"
+            )
+        return tuple(notes)
+
+    # ---- workload -------------------------------------------------------------------
+
+    @staticmethod
+    def _groups(stage: Stage) -> VllmKvGroups:
+        groups = stage.engine_state
+        assert isinstance(groups, VllmKvGroups)
+        return groups
+
+    def sequence_cost(
+        self, setup: ServingSetup, stage: Stage, seq_len: int, prompt: int
+    ) -> tuple[int, int]:
+        mnbt = int(setup.settings["max_num_batched_tokens"])
+        return self._groups(stage).request_bytes(seq_len, mnbt), 0
+
+    def capacity(
+        self, setup: ServingSetup, gpu_memory_bytes: int, seq_len: int
+    ) -> tuple[Capacity, tuple[str, ...]]:
+        budget = setup.usable(gpu_memory_bytes)
+        conc_len = setup.max_model_len or seq_len
+        mnbt = int(setup.settings["max_num_batched_tokens"])
+        pools = [
+            budget - st.weights - st.fixed_activation - setup.overhead.total for st in setup.stages
+        ]
+        # Every worker gets the block count of the smallest pool (vLLM unifies num_blocks).
+        idx = min(range(len(pools)), key=lambda i: pools[i])
+        st = setup.stages[idx]
+        groups = self._groups(st)
+        pool = max(0, pools[idx])
+        blocks = groups.num_blocks(pool)
+        tokens = groups.pool_tokens(blocks)
+        per_req = groups.blocks_per_request(conc_len, mnbt)
+        notes = []
+        if pools[0] != pools[idx]:
+            notes.append(
+                f"first pipeline stage's pool {max(0, pools[0]) / GIB:.2f} GiB; the last "
+                "stage's smaller pool sets the block count"
+            )
+        if blocks < per_req:
+            notes.append(
+                f"vLLM would refuse to start: the pool holds {tokens} tokens, fewer than one "
+                f"{conc_len}-token request needs"
+            )
+        cap = Capacity(
+            kv_cache_bytes_per_token=groups.token_bytes,
+            kv_cache_pool_bytes=pool,
+            kv_cache_tokens=tokens,
+            max_concurrency=round(blocks / per_req if per_req else 0.0, 2),
+            sequence_length=conc_len,
+            budget_bytes=budget,
+            subtracted=MappingProxyType(
+                {
+                    "weights": st.weights,
+                    "activations": st.fixed_activation,
+                    "non_torch": setup.overhead.total,
+                }
+            ),
+        )
+        return cap, tuple(notes)
+
+    def refuses(
+        self, setup: ServingSetup, usable: int, required: int, kv_last: int, seq_len: int
+    ) -> bool:
+        """vLLM checks at start-up that its pool holds one request of max_model_len: with
+        the workload's KV replaced by one such request, the most loaded GPU must still fit."""
+        conc_len = setup.max_model_len or seq_len
+        mnbt = int(setup.settings["max_num_batched_tokens"])
+        need_one = self._groups(setup.stages[-1]).request_bytes(conc_len, mnbt)
+        return required - kv_last + need_one > usable

@@ -1,0 +1,162 @@
+"""Evaluating a serving setup at a workload: bytes per GPU and in total, by component.
+
+Components (bytes, per GPU; the total sums them over all GPUs, per GPU is the most loaded):
+- weights: the setup's per-stage weights (with what the engine keeps beside them);
+- kv_cache: what the engine holds for the workload's sequences;
+- activations: the engine's fixed reserve plus the workload's transients;
+- overhead: context, workspaces and NCCL charged to the engine's budget.
+For engines with a budget fraction (vLLM, SGLang) the breakdown holds what the engine charges
+against it; what lives in the margin (vLLM's CUDA context and graph pool) is reported in
+``details`` and ``assumptions``. Engine rules: docs/inference.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from service.estimator.errors import InvalidRequest
+from service.estimator.inference.request import InferenceRequest, setup_for, validate_workload
+from service.estimator.inference.setup import ServingSetup, Stage
+from service.estimator.result import Estimate
+
+__all__ = [
+    "COMPONENTS",
+    "StageFigures",
+    "check_length",
+    "estimate_inference",
+    "fits",
+    "max_sequences",
+    "per_gpu",
+    "stage_figures",
+]
+
+COMPONENTS = ("weights", "kv_cache", "activations", "overhead")
+
+
+def stage_components(
+    setup: ServingSetup, st: Stage, seqs: int, seq_len: int, prompt: int
+) -> tuple[int, int, int, int]:
+    """(weights, kv_cache, activations, overhead) of one GPU of stage `st`."""
+    kv, act = setup.engine.sequence_cost(setup, st, seq_len, prompt)
+    return st.weights, seqs * kv, st.fixed_activation + seqs * act, setup.overhead.total
+
+
+def per_gpu(setup: ServingSetup, seqs: int, seq_len: int, prompt: int) -> tuple[int, int, int, int]:
+    """Components of the most loaded GPU."""
+    return max(
+        (stage_components(setup, st, seqs, seq_len, prompt) for st in setup.stages),
+        key=sum,
+    )
+
+
+def required(setup: ServingSetup, seqs: int, seq_len: int, prompt: int) -> int:
+    return sum(per_gpu(setup, seqs, seq_len, prompt))
+
+
+def max_sequences(setup: ServingSetup, usable: int, seq_len: int, prompt: int, cap: int) -> int:
+    """The most sequences of this length that fit every GPU (0 if not even one), solved."""
+    best = cap
+    for st in setup.stages:
+        kv, act = setup.engine.sequence_cost(setup, st, seq_len, prompt)
+        room = usable - st.base
+        per = kv + act
+        if room < per:
+            return 0
+        if per:
+            best = min(best, room // per)
+    return best
+
+
+def fits(setup: ServingSetup, usable: int, seqs: int, seq_len: int, prompt: int) -> bool:
+    """Whether every GPU holds the workload: the per-stage static part plus `seqs` times what
+    one sequence adds."""
+    for st in setup.stages:
+        if st.base > usable:
+            return False
+        kv, act = setup.engine.sequence_cost(setup, st, seq_len, prompt)
+        if st.base + seqs * (kv + act) > usable:
+            return False
+    return True
+
+
+def check_length(setup: ServingSetup, seq_len: int) -> None:
+    if setup.max_model_len is not None and seq_len > setup.max_model_len:
+        raise InvalidRequest(
+            f"sequence_length {seq_len} exceeds engine_options.max_model_len {setup.max_model_len}",
+            field="sequence_length",
+        )
+
+
+def estimate_inference(req: InferenceRequest) -> Estimate:
+    """Bytes to serve `req`: per component, summed over GPUs and for the most loaded GPU."""
+    validate_workload(req)
+    setup = setup_for(req)
+    seqs, seq_len, prompt = req.sequences, req.sequence_length, req.prompt
+    check_length(setup, seq_len)
+    totals = [0, 0, 0, 0]
+    for st in setup.stages:
+        for i, value in enumerate(stage_components(setup, st, seqs, seq_len, prompt)):
+            totals[i] += value * setup.tp
+    assumptions = list(setup.assumptions)
+    details: dict[str, int | float | str | bool | None] = {
+        "weight_format": setup.weight_format,
+        "activation_dtype": setup.act_dtype,
+        "kv_cache_bytes_per_token_per_gpu": setup.stages[-1].kv.full_token_bytes,
+        "engine": setup.engine.name,
+    }
+    capacity = None
+    option = setup.engine.budget_option
+    if option is not None:
+        assumptions.append(
+            f"{option} {setup.budget_fraction:g}: the breakdown is what the engine charges to it"
+        )
+        if setup.outside_budget.total:
+            details["outside_budget_bytes"] = setup.outside_budget.total
+            assumptions.extend(
+                line + " (outside the budget)" for line in setup.outside_budget.lines()
+            )
+    if req.gpu_memory_bytes is not None:
+        reported = setup.engine.capacity(setup, req.gpu_memory_bytes, seq_len)
+        if reported is not None:
+            capacity, notes = reported
+            assumptions.extend(notes)
+    return Estimate(
+        kind="inference",
+        estimator="detailed",
+        total=MappingProxyType(dict(zip(COMPONENTS, totals, strict=True))),
+        per_gpu=MappingProxyType(
+            dict(zip(COMPONENTS, per_gpu(setup, seqs, seq_len, prompt), strict=True))
+        ),
+        gpu_count=setup.tp * setup.pp,
+        assumptions=tuple(dict.fromkeys(assumptions)),
+        capacity=capacity,
+        details=MappingProxyType(details),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class StageFigures:
+    """What one GPU of each pipeline stage holds before the KV cache (an engine's start-up log).
+
+    `kv_pool_bytes` is the pool that GPU's own budget leaves (engines with a budget; None
+    otherwise).
+    """
+
+    weights: int
+    activations: int
+    non_kv_overhead: int
+    kv_pool_bytes: int | None
+
+
+def stage_figures(req: InferenceRequest) -> tuple[StageFigures, ...]:
+    """Per pipeline stage, first to last: weights, profiled activations, overhead, own pool."""
+    validate_workload(req)
+    setup = setup_for(req)
+    out = []
+    for st in setup.stages:
+        pool = None
+        if req.gpu_memory_bytes is not None and setup.engine.budget_option is not None:
+            pool = setup.usable(req.gpu_memory_bytes) - st.base
+        out.append(StageFigures(st.weights, st.fixed_activation, setup.overhead.total, pool))
+    return tuple(out)

@@ -1,0 +1,130 @@
+"""An inference request: one workload on one model, engine and parallel layout, and its checks."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from service.estimator.engines import EngineContext, EngineSettings, get_engine
+from service.estimator.errors import InvalidRequest
+from service.estimator.inference.setup import ATTENTION, ServingSetup, serving_setup
+from service.estimator.model import Architecture
+from service.estimator.parallel import MAX_PARALLEL
+
+__all__ = ["MAX_TOKENS", "InferenceRequest", "setup_for", "validate_workload"]
+
+MAX_TOKENS = 10**9  # batch × concurrency × sequence_length bound
+_MAX_GPU_MEMORY = 1 << 50
+
+
+@dataclass(frozen=True)
+class InferenceRequest:
+    """One inference workload on one model, engine and parallel layout.
+
+    ``engine_options`` holds the options the caller set (the engine fills in the rest);
+    ``gpu_memory_bytes`` is the GPU's total as the driver reports it, when a GPU was named.
+    """
+
+    architecture: Architecture | None
+    weight_format: str | None = None
+    kv_cache_dtype: str = "auto"
+    batch_size: int = 1
+    sequence_length: int = 2048
+    prompt_tokens: int | None = None
+    concurrency: int = 1
+    engine: str = "generic"
+    engine_options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    attention: str = "flash"
+    gpu_memory_bytes: int | None = None
+
+    @property
+    def arch(self) -> Architecture:
+        """The architecture; the detailed estimator needs one (a bare parameter count is only
+        enough for the simple rules)."""
+        if self.architecture is None:
+            raise InvalidRequest(
+                "the detailed estimator needs the model's architecture: name a catalog `model` "
+                "or post its `hf_config`",
+                field="model",
+            )
+        return self.architecture
+
+    @property
+    def sequences(self) -> int:
+        return self.batch_size * self.concurrency
+
+    @property
+    def prompt(self) -> int:
+        return self.prompt_tokens if self.prompt_tokens is not None else self.sequence_length
+
+    def settings(self) -> EngineSettings:
+        """The engine's options, checked and completed with its defaults."""
+        engine = get_engine(self.engine)
+        return engine.resolve(self.engine_options, EngineContext(self.arch, self.gpu_memory_bytes))
+
+
+def positive_int(value: object, name: str, high: int = MAX_TOKENS) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1 or value > high:
+        raise InvalidRequest(f"{name} must be an integer between 1 and {high}", field=name)
+    return value
+
+
+def validate_workload(req: InferenceRequest) -> None:
+    """Scalar checks of the workload (the layout is checked once per setup)."""
+    b = positive_int(req.batch_size, "batch_size")
+    s = positive_int(req.sequence_length, "sequence_length")
+    c = positive_int(req.concurrency, "concurrency")
+    if req.prompt_tokens is not None:
+        p = positive_int(req.prompt_tokens, "prompt_tokens")
+        if p > s:
+            raise InvalidRequest(
+                f"prompt_tokens ({p}) must not exceed sequence_length ({s})", field="prompt_tokens"
+            )
+    if b * c * s > MAX_TOKENS:
+        raise InvalidRequest(
+            f"batch_size × concurrency × sequence_length = {b * c * s} exceeds {MAX_TOKENS} tokens",
+            field="sequence_length",
+        )
+    if req.gpu_memory_bytes is not None:
+        positive_int(req.gpu_memory_bytes, "gpu_memory_bytes", _MAX_GPU_MEMORY)
+
+
+def validate_layout(arch: Architecture, tp: int, pp: int, attention: str) -> None:
+    positive_int(tp, "tensor_parallel_size", MAX_PARALLEL)
+    positive_int(pp, "pipeline_parallel_size", MAX_PARALLEL)
+    valid = arch.valid_tensor_parallel_sizes
+    if tp not in valid:
+        raise InvalidRequest(
+            f"tensor_parallel_size {tp} does not divide the {arch.num_attention_heads} attention "
+            f"heads ({arch.num_kv_heads} KV heads); valid sizes: {', '.join(map(str, valid))}",
+            field="tensor_parallel_size",
+        )
+    if pp > arch.num_layers:
+        raise InvalidRequest(
+            f"pipeline_parallel_size {pp} exceeds the {arch.num_layers} layers; valid sizes: "
+            f"1 to {arch.num_layers}",
+            field="pipeline_parallel_size",
+        )
+    if attention not in ATTENTION:
+        raise InvalidRequest(f"attention must be one of {', '.join(ATTENTION)}", field="attention")
+
+
+def setup_for(req: InferenceRequest, tp: int | None = None, pp: int | None = None) -> ServingSetup:
+    """The (cached) serving setup of ``req``, at its own layout or at ``tp`` × ``pp``."""
+    tp = tp or req.tensor_parallel_size
+    pp = pp or req.pipeline_parallel_size
+    validate_layout(req.arch, tp, pp, req.attention)
+    return serving_setup(
+        req.arch,
+        req.weight_format,
+        req.kv_cache_dtype,
+        req.settings(),
+        tp,
+        pp,
+        req.attention,
+        req.gpu_memory_bytes,
+    )

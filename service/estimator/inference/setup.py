@@ -1,0 +1,162 @@
+"""A serving setup: what one model, format, engine and parallel layout hold before any request.
+
+Everything that depends only on (architecture, weight format, KV dtype, engine settings, TP,
+PP, attention, GPU memory) is built once into a :class:`ServingSetup` and cached
+(:mod:`service.estimator.memo`): per pipeline stage its weight bytes, KV layout, the activation
+the engine reserves whatever the workload, and the engine's own per-stage state. What depends
+on the workload (sequences, sequence length, prompt length) is then a few multiplications
+(:mod:`.evaluate`), which the fit searches call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from service.estimator.engines import get_engine
+from service.estimator.engines.base import Engine, EngineSettings, StageArgs
+from service.estimator.engines.overhead import OverheadTerms
+from service.estimator.errors import InvalidRequest
+from service.estimator.formats import kv_dtype_bytes
+from service.estimator.forward import ForwardCoefficients, forward_coefficients
+from service.estimator.kv_cache import KvLayout, stage_kv_layouts
+from service.estimator.memo import memoized
+from service.estimator.model import Architecture
+from service.estimator.units import bytes_per_element, normalize_dtype
+from service.estimator.weights import resolve_format, weight_layout
+
+__all__ = ["ATTENTION", "ServingSetup", "Stage", "activation_dtype", "serving_setup"]
+
+ATTENTION: tuple[str, ...] = ("flash", "sdpa", "eager")
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    """One GPU of one pipeline stage (all TP ranks of a stage hold the same)."""
+
+    index: int
+    weights: int
+    kv: KvLayout
+    is_last: bool
+    fixed_activation: int  # what the engine reserves whatever the workload
+    engine_state: Any  # the engine's own (vLLM: its KV-cache groups)
+    base: int  # weights + fixed activation + overhead: what no workload changes
+
+
+@dataclass(frozen=True, slots=True)
+class ServingSetup:
+    arch: Architecture
+    engine: Engine
+    settings: EngineSettings
+    tp: int
+    pp: int
+    weight_format: str
+    act_dtype: str
+    kv_bytes: float
+    stages: tuple[Stage, ...]
+    coeffs: ForwardCoefficients
+    overhead: OverheadTerms  # charged to the budget
+    outside_budget: OverheadTerms  # held in the margin the budget leaves (context, graphs)
+    gpu_memory_bytes: int | None
+    max_model_len: int | None
+    assumptions: tuple[str, ...]
+
+    @property
+    def budget_fraction(self) -> float:
+        return self.engine.budget_fraction(self.settings)
+
+    def usable(self, gpu_memory_bytes: int) -> int:
+        """What the engine's budget lets it use of a GPU's memory."""
+        return int(gpu_memory_bytes * self.budget_fraction)
+
+
+def activation_dtype(arch: Architecture, fmt_name: str, quantized: bool, dense: str | None) -> str:
+    """The dtype activations run in: the format's for plain weights; for quantized ones the
+    16-bit type the format or the checkpoint names (bf16 if none)."""
+    if not quantized:
+        return fmt_name
+    for candidate in (dense, normalize_dtype(arch.dtype)):
+        if candidate in ("bf16", "fp16"):
+            return candidate
+    return "bf16"
+
+
+@memoized
+def serving_setup(
+    arch: Architecture,
+    weight_format: str | None,
+    kv_cache_dtype: str,
+    settings: EngineSettings,
+    tp: int,
+    pp: int,
+    attention: str,
+    gpu_memory_bytes: int | None,
+) -> ServingSetup:
+    """Build the setup (validated layout, engine settings already resolved)."""
+    engine = get_engine(settings.engine)
+    fmt, _ = resolve_format(arch, weight_format)
+    act_dtype = activation_dtype(arch, fmt.name, fmt.quantized, fmt.dense_dtype)
+    d = bytes_per_element(act_dtype)
+    kvb = kv_dtype_bytes(kv_cache_dtype, act_dtype)
+    # vLLM, SGLang and transformers 5 all cache MLA's compressed latent.
+    kv_layouts = stage_kv_layouts(arch, kvb, tp, pp, True)
+    max_model_len = engine.max_model_len(settings)
+    limit = arch.max_position_embeddings
+    if max_model_len is not None and limit is not None and max_model_len > limit:
+        raise InvalidRequest(
+            f"max_model_len {max_model_len} exceeds the model's max_position_embeddings {limit}",
+            field="engine_options.max_model_len",
+        )
+    layout = weight_layout(arch, weight_format, tp, pp, engine.placement(arch, settings, d))
+    eager = attention == "eager" and not engine.fused_kernels
+    coeffs = forward_coefficients(arch, d, tp, fused_moe=engine.fused_kernels, eager=eager)
+    assumptions = list(layout.assumptions)
+    if eager:
+        assumptions.append("eager attention materializes heads × prompt² scores (+fp32 softmax)")
+    inside, outside = engine.overheads(settings, tp, pp, max(k.layers for k in kv_layouts))
+    assumptions.extend(inside.lines())
+    stages: list[Stage] = []
+    for i, kv in enumerate(kv_layouts):
+        build = engine.stage(
+            StageArgs(
+                arch=arch,
+                settings=settings,
+                kv=kv,
+                coeffs=coeffs,
+                tp=tp,
+                is_last=i == pp - 1,
+                weight_format_kind=fmt.kind,
+                weight_format_bits=fmt.bits,
+            )
+        )
+        assumptions.extend(build.notes)
+        weights = layout.per_stage[i]
+        stages.append(
+            Stage(
+                index=i,
+                weights=weights,
+                kv=kv,
+                is_last=i == pp - 1,
+                fixed_activation=build.fixed_activation,
+                engine_state=build.state,
+                base=weights + build.fixed_activation + inside.total,
+            )
+        )
+    assumptions.extend(engine.setup_notes(arch, settings, stages[-1].engine_state))
+    return ServingSetup(
+        arch=arch,
+        engine=engine,
+        settings=settings,
+        tp=tp,
+        pp=pp,
+        weight_format=layout.format,
+        act_dtype=act_dtype,
+        kv_bytes=kvb,
+        stages=tuple(stages),
+        coeffs=coeffs,
+        overhead=inside,
+        outside_budget=outside,
+        gpu_memory_bytes=gpu_memory_bytes,
+        max_model_len=max_model_len,
+        assumptions=tuple(dict.fromkeys(assumptions)),
+    )

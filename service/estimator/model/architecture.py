@@ -1,0 +1,249 @@
+"""The normalized shape of a decoder-only language model: one immutable :class:`Architecture`.
+
+Built once from a Hugging Face ``config.json`` (:func:`service.estimator.model.read_config`)
+and read by every formula, which never sees raw config keys. Two inventories describe every
+tensor of the language model, with the roles formulas need (:mod:`.shapes`):
+:attr:`Architecture.linear_modules` (each projection, lm_head last) and
+:attr:`Architecture.parameter_groups` (embeddings, norms, sinks, router biases). A multimodal
+wrapper's vision tower is listed apart (:attr:`vision_modules`, :attr:`vision_parameter_groups`),
+so code that walks the language model (fine-tuning, LoRA targets) does not meet it.
+Inventories are derived once per instance and kept on it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from service.estimator.model.families import Family
+from service.estimator.model.quantization import QuantizationSpec
+from service.estimator.model.shapes import (
+    SLIDING_ATTENTION,
+    LinearModule,
+    MlaSpec,
+    MoeSpec,
+    ParameterGroup,
+    VisionSpec,
+)
+
+__all__ = ["Architecture"]
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """The normalized, validated shape of one decoder-only model.
+
+    Sizes follow transformers' naming: ``head_dim`` is the query/key head size (for MLA
+    ``qk_nope_head_dim + qk_rope_head_dim``), ``v_head_dim`` the value head size.
+    ``intermediate_size`` is the dense MLP width; in families whose every layer is MoE
+    (Mixtral, Phi-3.5-MoE, gpt-oss) it equals the expert width. ``attention_bias`` is the
+    bias on the q/k/v projections and ``attention_out_bias`` on the output projection.
+    ``norms_per_layer`` counts the hidden-size norms of one decoder layer; ``qk_norm`` says
+    whether queries and keys are normalized per head (``"per_head"``) or over the whole
+    projection (``"full_width"``). ``rope_scaling_factor`` is the factor of a ``linear`` or
+    ``dynamic`` rope scaling (1.0 without one): the positions a precomputed rotary cache spans
+    grow by it. ``attn_logit_softcapping`` / ``final_logit_softcapping`` are the caps of
+    ``tanh(x / cap) · cap`` on attention scores and on the final logits (None: off).
+    ``attention_softmax_fp32`` says whether eager attention takes its softmax in fp32.
+    ``family`` holds the family's traits (:mod:`.families`).
+    """
+
+    model_type: str
+    family: Family
+    num_layers: int
+    hidden_size: int
+    vocab_size: int
+    num_attention_heads: int
+    num_kv_heads: int
+    head_dim: int
+    v_head_dim: int
+    intermediate_size: int
+    gated_mlp: bool
+    hidden_act: str
+    tie_word_embeddings: bool
+    attention_bias: bool
+    attention_out_bias: bool
+    mlp_bias: bool
+    lm_head_bias: bool
+    norm: str
+    norm_bias: bool
+    norms_per_layer: int
+    qk_norm: str | None
+    dtype: str
+    max_position_embeddings: int | None
+    sliding_window: int | None
+    layer_types: tuple[str, ...]
+    mla: MlaSpec | None = None
+    moe: MoeSpec | None = None
+    quantization: QuantizationSpec | None = None
+    attention_sinks: bool = False
+    fused_qkv: bool = False
+    fused_gate_up: bool = False
+    wrapper_model_type: str | None = None
+    architectures: tuple[str, ...] = ()
+    assumptions: tuple[str, ...] = ()
+    vision: VisionSpec | None = None
+    rope_scaling_factor: float = 1.0
+    attn_logit_softcapping: float | None = None
+    final_logit_softcapping: float | None = None
+    attention_softmax_fp32: bool = True
+
+    def __hash__(self) -> int:
+        # An Architecture keys the estimator's caches and a request looks several of them up;
+        # the generated hash would walk all ~40 fields each time. It is frozen: hash once.
+        cached: int | None = self.__dict__.get("_cached_hash")
+        if cached is None:
+            cached = hash(tuple(getattr(self, f.name) for f in dataclasses.fields(self)))
+            object.__setattr__(self, "_cached_hash", cached)
+        return cached
+
+    # ---- traits ----------------------------------------------------------------------
+
+    @property
+    def family_name(self) -> str:
+        """The family as people name it (``gemma3`` for both the wrapper and ``gemma3_text``)."""
+        return self.family.name
+
+    @property
+    def norm_fp32(self) -> bool:
+        """Norms compute in fp32 and keep fp32 copies for backward (Gemma)."""
+        return self.family.norm_fp32
+
+    @property
+    def rope_tables(self) -> int:
+        """Distinct rotary tables an engine precomputes (Gemma 3: its global and local ropes)."""
+        return self.family.rope_tables
+
+    @property
+    def eager_mask_kept(self) -> bool:
+        """Eager attention keeps a boolean causal mask per layer for backward (Qwen v1)."""
+        return self.family.eager_mask_kept
+
+    @property
+    def rope_dim(self) -> int:
+        """Width of the rotary part of a query/key head."""
+        return self.mla.qk_rope_head_dim if self.mla is not None else self.head_dim
+
+    # ---- layer layout ----------------------------------------------------------------
+
+    @cached_property
+    def moe_layer_set(self) -> frozenset[int]:
+        return frozenset(self.moe.layers) if self.moe is not None else frozenset()
+
+    def is_moe_layer(self, i: int) -> bool:
+        """Whether decoder layer ``i`` holds routed experts."""
+        if not 0 <= i < self.num_layers:
+            raise IndexError(f"layer {i} out of range 0..{self.num_layers - 1}")
+        return i in self.moe_layer_set
+
+    @property
+    def moe_layers(self) -> tuple[int, ...]:
+        return self.moe.layers if self.moe is not None else ()
+
+    @cached_property
+    def dense_layers(self) -> tuple[int, ...]:
+        moe = self.moe_layer_set
+        return tuple(i for i in range(self.num_layers) if i not in moe)
+
+    @property
+    def num_moe_layers(self) -> int:
+        return len(self.moe_layers)
+
+    @property
+    def num_dense_layers(self) -> int:
+        return self.num_layers - self.num_moe_layers
+
+    def is_sliding_layer(self, i: int) -> bool:
+        return self.layer_types[i] == SLIDING_ATTENTION
+
+    @cached_property
+    def num_sliding_layers(self) -> int:
+        return sum(1 for t in self.layer_types if t == SLIDING_ATTENTION)
+
+    @property
+    def num_full_attention_layers(self) -> int:
+        return self.num_layers - self.num_sliding_layers
+
+    @property
+    def is_moe(self) -> bool:
+        return self.moe is not None
+
+    @property
+    def q_proj_size(self) -> int:
+        return self.num_attention_heads * self.head_dim
+
+    @property
+    def kv_proj_size(self) -> int:
+        return self.num_kv_heads * self.head_dim
+
+    # ---- inventories (derived once) ---------------------------------------------------
+
+    @cached_property
+    def linear_modules(self) -> tuple[LinearModule, ...]:
+        """Every linear projection of the language model, lm_head last."""
+        from service.estimator.model.inventory import linear_modules
+
+        return linear_modules(self)
+
+    @cached_property
+    def parameter_groups(self) -> tuple[ParameterGroup, ...]:
+        """Every non-linear tensor: embeddings, norms, sinks, router correction biases."""
+        from service.estimator.model.inventory import parameter_groups
+
+        return parameter_groups(self)
+
+    @cached_property
+    def vision_modules(self) -> tuple[LinearModule, ...]:
+        """The vision tower's linear projections (empty without one)."""
+        from service.estimator.model.vision import vision_modules
+
+        return vision_modules(self.vision)
+
+    @cached_property
+    def vision_parameter_groups(self) -> tuple[ParameterGroup, ...]:
+        """The vision tower's other tensors and the projector (empty without one)."""
+        from service.estimator.model.vision import vision_parameter_groups
+
+        return vision_parameter_groups(self.vision)
+
+    @cached_property
+    def valid_tensor_parallel_sizes(self) -> tuple[int, ...]:
+        """TP sizes that divide the attention heads and fit the KV heads (divide or multiple,
+        heads replicated beyond their count); MLA has no KV heads to place."""
+        heads, kv = self.num_attention_heads, self.num_kv_heads
+        return tuple(
+            t
+            for t in range(1, heads + 1)
+            if heads % t == 0 and (self.mla is not None or kv % t == 0 or t % kv == 0)
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready fields (for the model record's ``architecture``): the family as its
+        name, per-layer lists as counts, the MoE layer list as its length."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "family":
+                value = self.family_name
+            elif f.name == "layer_types":
+                counts: dict[str, int] = {}
+                for t in value:
+                    counts[t] = counts.get(t, 0) + 1
+                out["layer_type_counts"] = counts
+                continue
+            elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+                value = {
+                    k: list(v) if isinstance(v, tuple) else v
+                    for k, v in dataclasses.asdict(value).items()
+                    if k != "layers"
+                }
+            elif isinstance(value, tuple):
+                if len(value) > 16:
+                    continue
+                value = list(value)
+            out[f.name] = value
+        if self.moe is not None:
+            out["moe"]["num_moe_layers"] = self.num_moe_layers
+        return out

@@ -1,0 +1,367 @@
+"""Building an :class:`Architecture` from a Hugging Face ``config.json``.
+
+It follows the modeling code of transformers 5.x: which modules each family instantiates,
+their sizes, biases and norms, and the defaults its ``*Config`` class applies to keys a config
+leaves out (every default applied is recorded in ``assumptions``). What differs between
+families comes from the family table (:mod:`.families`); this module only reads the config
+through it. A multimodal wrapper (``text_config`` inside) is read for its language model,
+with the wrapper's top-level dtype, quantization and tying applied to it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from service.estimator.errors import InvalidConfig, UnsupportedArchitecture
+from service.estimator.model.architecture import Architecture
+from service.estimator.model.config_reader import Bounds, ConfigReader, check_int, str_tuple
+from service.estimator.model.families import (
+    SUPPORTED_MODEL_TYPES,
+    WRAPPER_TEXT_TYPES,
+    Attention,
+    Family,
+    LayerLayout,
+    Mlp,
+    MoePlacement,
+    SharedExperts,
+    family_for,
+)
+from service.estimator.model.quantization import parse_quantization
+from service.estimator.model.shapes import FULL_ATTENTION, SLIDING_ATTENTION, MlaSpec, MoeSpec
+from service.estimator.model.vision import attach_vision
+from service.estimator.units import checkpoint_dtype
+
+__all__ = ["read_config"]
+
+# Keys a wrapper keeps at its top level that apply to its language model too.
+_WRAPPER_SHARED_KEYS = ("torch_dtype", "dtype", "quantization_config")
+
+
+def read_config(config: Mapping[str, Any]) -> Architecture:
+    """Build and validate the architecture a Hugging Face ``config.json`` describes."""
+    if not isinstance(config, Mapping):
+        raise InvalidConfig("the model config must be a JSON object")
+    outer = config
+    outer_type = outer.get("model_type")
+    wrapper: str | None = None
+    text = outer.get("text_config")
+    if text is not None:
+        if not isinstance(text, Mapping):
+            raise InvalidConfig("text_config must be an object", field="text_config")
+        model_type = text.get("model_type")
+        if model_type is None and isinstance(outer_type, str):
+            model_type = WRAPPER_TEXT_TYPES.get(outer_type, outer_type)
+        wrapper = outer_type if isinstance(outer_type, str) else None
+        merged = dict(text)
+        for key in _WRAPPER_SHARED_KEYS:
+            if merged.get(key) is None and outer.get(key) is not None:
+                merged[key] = outer[key]
+        if "tie_word_embeddings" not in merged and "tie_word_embeddings" in outer:
+            merged["tie_word_embeddings"] = outer["tie_word_embeddings"]
+        config = merged
+    else:
+        model_type = outer_type
+    if model_type is None:
+        raise InvalidConfig("config is missing model_type", field="model_type")
+    if not isinstance(model_type, str):
+        raise InvalidConfig("model_type must be a string", field="model_type")
+    if text is None and model_type in WRAPPER_TEXT_TYPES:
+        raise InvalidConfig(
+            f"a {model_type} config must carry its language model in text_config",
+            field="text_config",
+        )
+    family = family_for(model_type)
+    if family is None:
+        shown = model_type if len(model_type) <= 60 else model_type[:57] + "..."
+        raise UnsupportedArchitecture(
+            f"model_type {shown!r} is not supported; supported model types: "
+            + ", ".join(SUPPORTED_MODEL_TYPES),
+            field="model_type",
+        )
+    arch = _build(ConfigReader(config, family, model_type), wrapper)
+    if text is not None and outer.get("vision_config") is not None:
+        arch = attach_vision(arch, outer, outer["vision_config"])
+    return arch
+
+
+def _exact_div(hidden: int, heads: int) -> int:
+    if hidden % heads != 0:
+        raise InvalidConfig(
+            f"hidden_size ({hidden}) is not a multiple of num_attention_heads ({heads}) and the "
+            "config gives no head_dim",
+            field="head_dim",
+        )
+    return hidden // heads
+
+
+def _mla(r: ConfigReader) -> MlaSpec:
+    return MlaSpec(
+        q_lora_rank=r.opt_int("q_lora_rank", high=Bounds.RANK),
+        kv_lora_rank=r.integer("kv_lora_rank", high=Bounds.RANK),
+        qk_nope_head_dim=r.integer("qk_nope_head_dim", high=Bounds.HEAD_DIM),
+        qk_rope_head_dim=r.integer("qk_rope_head_dim", high=Bounds.HEAD_DIM),
+        v_head_dim=r.integer("v_head_dim", high=Bounds.HEAD_DIM),
+    )
+
+
+def _dtype(r: ConfigReader) -> str:
+    value = r.raw("torch_dtype")
+    if value is None:
+        if r.config.get("bf16") is True:
+            value = "bfloat16"
+        elif r.config.get("fp16") is True:
+            value = "float16"
+    if value is None:
+        r.assumptions.append(
+            "config names no torch_dtype; assumed float32, the dtype transformers loads it in"
+        )
+        return "float32"
+    name = checkpoint_dtype(value) if isinstance(value, str) else None
+    if name is None:
+        raise InvalidConfig(
+            f"torch_dtype {str(value)[:40]!r} is not a checkpoint dtype this service knows "
+            "(bfloat16, float16, float32)",
+            field="torch_dtype",
+        )
+    return name
+
+
+def _build(r: ConfigReader, wrapper: str | None) -> Architecture:
+    family = r.family
+    hidden = r.integer("hidden_size", high=Bounds.HIDDEN)
+    layers = r.integer("num_hidden_layers", high=Bounds.LAYERS)
+    vocab = r.integer("vocab_size", high=Bounds.VOCAB)
+    heads = r.integer("num_attention_heads", high=Bounds.HEADS)
+    if r.has("num_key_value_heads") or "num_key_value_heads" in family.defaults:
+        kv_heads = r.integer("num_key_value_heads", high=Bounds.HEADS)
+    else:
+        kv_heads = heads
+    if heads % kv_heads != 0:
+        raise InvalidConfig(
+            f"num_attention_heads ({heads}) must be a multiple of num_key_value_heads ({kv_heads})",
+            field="num_key_value_heads",
+        )
+
+    mla = _mla(r) if family.attention is Attention.MLA else None
+    if mla is not None:
+        head_dim, v_head_dim = mla.qk_head_dim, mla.v_head_dim
+    else:
+        if r.has(family.head_dim_key):
+            head_dim = r.integer(family.head_dim_key, high=Bounds.HEAD_DIM)
+        else:
+            head_dim = _exact_div(hidden, heads)
+        v_head_dim = head_dim
+
+    qkv_bias, o_bias = r.trait(family.qkv_bias), r.trait(family.o_bias)
+    mlp_bias = r.trait(family.mlp_bias)
+    moe = _moe(r, family, layers)
+    if family.mlp is Mlp.QWEN_W:
+        # Qwen v1's intermediate_size counts w1 and w2 together.
+        intermediate = r.integer("intermediate_size", high=Bounds.INTERMEDIATE * 2) // 2
+        if intermediate < 1:
+            raise InvalidConfig("intermediate_size must be at least 2", field="intermediate_size")
+    else:
+        intermediate = r.integer("intermediate_size", high=Bounds.INTERMEDIATE)
+
+    act = r.raw("hidden_act")
+    if act is None:
+        act = "silu"
+    if not isinstance(act, str):
+        raise InvalidConfig("hidden_act must be a string", field="hidden_act")
+
+    qk_norm = None
+    if family.qk_norm is not None and r.trait(family.qk_norm.enabled):
+        qk_norm = "per_head" if family.qk_norm.per_head else "full_width"
+    window, layer_types = _layer_types(r, family, layers)
+
+    max_pos = r.raw("max_position_embeddings")
+    max_pos = (
+        None
+        if max_pos is None
+        else check_int(max_pos, "max_position_embeddings", 1, Bounds.POSITIONS)
+    )
+    archs = r.config.get("architectures")
+    attn_cap = final_cap = None
+    if family.softcapping:
+        attn_cap = r.opt_float("attn_logit_softcapping", low=0.0, high=Bounds.SOFTCAP)
+        final_cap = r.opt_float("final_logit_softcapping", low=0.0, high=Bounds.SOFTCAP)
+
+    return Architecture(
+        model_type=r.model_type,
+        family=family,
+        num_layers=layers,
+        hidden_size=hidden,
+        vocab_size=vocab,
+        num_attention_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        v_head_dim=v_head_dim,
+        intermediate_size=intermediate,
+        gated_mlp=family.mlp is not Mlp.PLAIN,
+        hidden_act=act,
+        tie_word_embeddings=r.flag("tie_word_embeddings"),
+        attention_bias=qkv_bias,
+        attention_out_bias=o_bias,
+        mlp_bias=mlp_bias,
+        lm_head_bias=r.trait(family.lm_head_bias),
+        norm=family.norm,
+        norm_bias=family.norm_bias,
+        norms_per_layer=len(family.layer_norms),
+        qk_norm=qk_norm,
+        dtype=_dtype(r),
+        max_position_embeddings=max_pos,
+        sliding_window=window,
+        layer_types=layer_types,
+        mla=mla,
+        moe=moe,
+        quantization=parse_quantization(r.config.get("quantization_config")),
+        attention_sinks=family.sinks,
+        fused_qkv=family.attention in (Attention.FUSED_QKV, Attention.QWEN_C_ATTN),
+        fused_gate_up=family.mlp is Mlp.FUSED_GATE_UP,
+        wrapper_model_type=wrapper,
+        architectures=str_tuple(archs, "architectures") if archs is not None else (),
+        assumptions=tuple(r.assumptions),
+        rope_scaling_factor=_rope_scaling_factor(r),
+        attn_logit_softcapping=attn_cap,
+        final_logit_softcapping=final_cap,
+        attention_softmax_fp32=r.trait(family.softmax_fp32),
+    )
+
+
+def _rope_scaling_factor(r: ConfigReader) -> float:
+    """The factor of a linear / dynamic-NTK rope scaling (``rope_scaling`` or transformers 5's
+    ``rope_parameters``, per layer type for Gemma 3: the full-attention entry), else 1.0."""
+    spec = r.raw("rope_scaling")
+    if isinstance(spec, Mapping) and isinstance(spec.get("full_attention"), Mapping):
+        spec = spec["full_attention"]
+    if not isinstance(spec, Mapping):
+        return 1.0
+    kind = spec.get("rope_type", spec.get("type"))
+    factor = spec.get("factor")
+    if kind not in ("linear", "dynamic") or isinstance(factor, bool):
+        return 1.0
+    if not isinstance(factor, int | float) or not 1.0 <= factor <= 1024.0:
+        raise InvalidConfig("rope_scaling.factor must be between 1 and 1024", field="rope_scaling")
+    return float(factor)
+
+
+def _moe_layers(r: ConfigReader, placement: MoePlacement, layers: int) -> tuple[int, ...]:
+    """Which decoder layers hold routed experts, by the family's rule."""
+    if placement is MoePlacement.FIRST_K_DENSE:
+        first = r.integer("first_k_dense_replace", low=0, high=Bounds.LAYERS)
+        freq = r.integer("moe_layer_freq", high=Bounds.LAYERS)
+        if freq != 1:
+            r.assumptions.append(
+                f"moe_layer_freq {freq} ignored: transformers makes every layer from "
+                "first_k_dense_replace on an MoE layer"
+            )
+        return tuple(range(first, layers))
+    if placement is MoePlacement.SPARSE_STEP:
+        only = set(r.int_list("mlp_only_layers", Bounds.LAYERS))
+        step = r.integer("decoder_sparse_step", high=Bounds.LAYERS)
+        return tuple(i for i in range(layers) if i not in only and (i + 1) % step == 0)
+    return tuple(range(layers))
+
+
+def _moe(r: ConfigReader, family: Family, layers: int) -> MoeSpec | None:
+    schema = family.moe
+    if schema is None:
+        return None
+    low = 0 if schema.zero_experts_means_dense else 1
+    experts = r.integer("num_experts", low=low, high=Bounds.EXPERTS)
+    if experts == 0:
+        return None
+    top_k = r.integer("num_experts_per_tok", high=Bounds.EXPERTS)
+    width = r.integer(schema.width_key, high=Bounds.INTERMEDIATE)
+    shared_width, n_shared = 0, 0
+    if schema.shared is SharedExperts.GATED_ONE:
+        shared_width = r.integer("shared_expert_intermediate_size", low=0, high=Bounds.INTERMEDIATE)
+        n_shared = 1 if shared_width else 0
+    elif schema.shared is SharedExperts.FUSED_N:
+        n_shared = r.integer("n_shared_experts", low=0, high=Bounds.EXPERTS)
+        shared_width = n_shared * width
+    if top_k > experts:
+        raise InvalidConfig(
+            f"num_experts_per_tok ({top_k}) exceeds the number of experts ({experts})",
+            field="num_experts_per_tok",
+        )
+    return MoeSpec(
+        num_experts=experts,
+        experts_per_token=top_k,
+        expert_intermediate_size=width,
+        layers=_moe_layers(r, schema.placement, layers),
+        num_shared_experts=n_shared,
+        shared_expert_intermediate_size=shared_width,
+        shared_expert_gate=schema.shared is SharedExperts.GATED_ONE,
+        router_bias=schema.router_bias,
+        e_score_correction_bias=schema.e_score_correction_bias,
+        expert_bias=schema.expert_bias,
+        router_dtype=schema.router_dtype,
+    )
+
+
+def _explicit_layer_types(r: ConfigReader, layers: int, window: int | None) -> tuple[str, ...]:
+    explicit = r.raw("layer_types")
+    if not isinstance(explicit, Sequence) or isinstance(explicit, str):
+        raise InvalidConfig("layer_types must be a list", field="layer_types")
+    types = tuple(explicit)
+    if len(types) != layers:
+        raise InvalidConfig(
+            f"layer_types has {len(types)} entries for {layers} layers", field="layer_types"
+        )
+    for t in types:
+        if t not in (FULL_ATTENTION, SLIDING_ATTENTION):
+            raise InvalidConfig(
+                f"layer type {str(t)[:40]!r} is not supported (full_attention, sliding_attention)",
+                field="layer_types",
+            )
+    if SLIDING_ATTENTION in types and window is None:
+        raise InvalidConfig(
+            "layer_types has sliding layers but the config has no sliding_window",
+            field="sliding_window",
+        )
+    return types
+
+
+# Layouts whose config may list its layer types explicitly (transformers' `layer_types`).
+_EXPLICIT_TYPES = frozenset(
+    {LayerLayout.QWEN2, LayerLayout.QWEN2_MOE, LayerLayout.ALTERNATING, LayerLayout.GEMMA3}
+)
+
+
+def _layer_types(
+    r: ConfigReader, family: Family, layers: int
+) -> tuple[int | None, tuple[str, ...]]:
+    """(sliding window, per-layer attention type) by the family's layout rule."""
+    layout = family.layout
+    if layout is LayerLayout.FULL:
+        return None, (FULL_ATTENTION,) * layers
+    window = r.opt_int("sliding_window", low=0, high=Bounds.WINDOW) or None
+    if family.sliding_window_switch is not None and not r.flag(family.sliding_window_switch):
+        window = None
+    if layout in _EXPLICIT_TYPES and r.raw("layer_types") is not None:
+        return window, _explicit_layer_types(r, layers, window)
+    if layout is LayerLayout.ALL_SLIDING:
+        kind = SLIDING_ATTENTION if window is not None else FULL_ATTENTION
+        return window, (kind,) * layers
+    if layout in (LayerLayout.QWEN2, LayerLayout.QWEN2_MOE):
+        max_window = r.integer("max_window_layers", low=0, high=Bounds.LAYERS)
+        if layout is LayerLayout.QWEN2:
+            sliding = [window is not None and i >= max_window for i in range(layers)]
+        else:
+            sliding = [
+                window is not None and (i + 1) % 2 == 1 and i < max_window for i in range(layers)
+            ]
+        types = tuple(SLIDING_ATTENTION if s else FULL_ATTENTION for s in sliding)
+        return (window if SLIDING_ATTENTION in types else None), types
+    period = (
+        r.integer("sliding_window_pattern", high=Bounds.LAYERS, default=6)
+        if layout is LayerLayout.GEMMA3
+        else family.alternating_period
+    )
+    if window is None:
+        return None, (FULL_ATTENTION,) * layers
+    return window, tuple(
+        SLIDING_ATTENTION if (i + 1) % period else FULL_ATTENTION for i in range(layers)
+    )

@@ -1,0 +1,503 @@
+"""The family table: how each transformers model family builds its modules, as data.
+
+One :class:`Family` per ``model_type`` says, field by field, what the family's modeling code
+does: which attention and MLP layout it instantiates, where its biases come from, its norms
+and their dtype, how its layers alternate between full and sliding-window attention, its
+mixture of experts, the config keys it reads under other names (transformers'
+``attribute_map``) and the defaults its ``*Config`` class applies to keys a config leaves out.
+Formulas read these traits from the :class:`~service.estimator.model.Architecture`; nothing
+asks for a family by name. A family that differs from its parent says only how
+(``dataclasses.replace``), as transformers' ``modular_*.py`` files do.
+
+Adding a family is one entry here (docs/CONTRIBUTING.md); its counting rules are written out
+in docs/architectures.md and checked against transformers on the meta device.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Any
+
+__all__ = [
+    "FAMILIES",
+    "GENERIC_DECODER",
+    "SUPPORTED_MODEL_TYPES",
+    "WRAPPER_TEXT_TYPES",
+    "Attention",
+    "Family",
+    "Flag",
+    "LayerLayout",
+    "Mlp",
+    "ModuleNames",
+    "MoePlacement",
+    "MoeSchema",
+    "QkNorm",
+    "SharedExperts",
+    "family_for",
+]
+
+
+@dataclass(frozen=True)
+class Flag:
+    """A boolean trait: a constant, or a config key (optionally negated, e.g. ``no_bias``)."""
+
+    key: str | None = None
+    const: bool = False
+    negate: bool = False
+
+    @classmethod
+    def of(cls, value: bool) -> Flag:
+        return cls(const=value)
+
+    @classmethod
+    def config(cls, key: str, *, negate: bool = False) -> Flag:
+        return cls(key=key, negate=negate)
+
+
+OFF = Flag.of(False)
+ON = Flag.of(True)
+ATTENTION_BIAS = Flag.config("attention_bias")
+
+
+class Attention(StrEnum):
+    STANDARD = "standard"  # q_proj, k_proj, v_proj, o_proj
+    FUSED_QKV = "fused_qkv"  # qkv_proj, o_proj (Phi-3)
+    QWEN_C_ATTN = "qwen_c_attn"  # c_attn (fused, full heads), c_proj (Qwen v1)
+    MLA = "mla"  # DeepSeek's latent attention
+
+
+class Mlp(StrEnum):
+    GATED = "gated"  # gate_proj, up_proj, down_proj
+    FUSED_GATE_UP = "fused_gate_up"  # gate_up_proj, down_proj
+    PLAIN = "plain"  # c_fc, c_proj (StarCoder2)
+    QWEN_W = "qwen_w"  # w1, w2, c_proj; intermediate_size counts w1 and w2 together
+
+
+class LayerLayout(StrEnum):
+    FULL = "full"  # every layer full attention
+    ALL_SLIDING = "all_sliding"  # every layer sliding when a window is set
+    QWEN2 = "qwen2"  # sliding from max_window_layers on, when use_sliding_window
+    QWEN2_MOE = "qwen2_moe"  # odd layers below max_window_layers, when use_sliding_window
+    ALTERNATING = "alternating"  # every `pattern`-th layer full, the rest sliding
+    GEMMA3 = "gemma3"  # as ALTERNATING with the config's sliding_window_pattern (default 6)
+
+
+class MoePlacement(StrEnum):
+    ALL = "all"  # every decoder layer
+    SPARSE_STEP = "sparse_step"  # every decoder_sparse_step-th, minus mlp_only_layers (Qwen)
+    FIRST_K_DENSE = "first_k_dense"  # from first_k_dense_replace on (DeepSeek)
+
+
+class SharedExperts(StrEnum):
+    NONE = "none"
+    GATED_ONE = "gated_one"  # one shared expert of its own width, behind a sigmoid gate (Qwen)
+    FUSED_N = "fused_n"  # n_shared_experts fused into one MLP of n × expert width (DeepSeek)
+
+
+@dataclass(frozen=True)
+class MoeSchema:
+    """How a family lays out and configures its mixture of experts."""
+
+    width_key: str  # config key of one routed expert's intermediate size
+    placement: MoePlacement = MoePlacement.ALL
+    shared: SharedExperts = SharedExperts.NONE
+    shared_path: str = "shared_experts"
+    router_name: str = "gate"
+    router_is_nn_linear: bool = False
+    router_bias: bool = False
+    expert_bias: bool = False
+    e_score_correction_bias: bool = False
+    router_dtype: str | None = None
+    zero_experts_means_dense: bool = False  # Qwen: num_experts 0 builds a dense model
+    shared_bias_follows_mlp_bias: bool = False  # DeepSeek-V2's mlp_bias reaches the shared MLP
+
+
+@dataclass(frozen=True)
+class QkNorm:
+    """Query/key norms: per head (``head_dim`` weights) or over the whole projection."""
+
+    per_head: bool = True
+    enabled: Flag = ON
+
+
+@dataclass(frozen=True)
+class ModuleNames:
+    """Module paths of the family's modeling code (for peft targets and quantizer exclusions)."""
+
+    prefix: str = "model"
+    embed: str = "embed_tokens"
+    final_norm: str = "norm"
+    layers: str = "layers"
+    attn: str = "self_attn"
+    mlp: str = "mlp"
+
+
+@dataclass(frozen=True)
+class Family:
+    """Traits of one transformers family (module docstring)."""
+
+    name: str  # the family as people name it (gemma3 for both gemma3 and gemma3_text)
+    attention: Attention = Attention.STANDARD
+    qkv_bias: Flag = ATTENTION_BIAS
+    o_bias: Flag = ATTENTION_BIAS
+    mlp: Mlp = Mlp.GATED
+    mlp_bias: Flag = OFF
+    lm_head_bias: Flag = OFF
+    norm: str = "rmsnorm"
+    norm_bias: bool = False
+    # Gemma's RMSNorm computes in fp32 and keeps fp32 copies for backward.
+    norm_fp32: bool = False
+    layer_norms: tuple[str, ...] = ("input_layernorm", "post_attention_layernorm")
+    qk_norm: QkNorm | None = None
+    moe: MoeSchema | None = None
+    layout: LayerLayout = LayerLayout.FULL
+    alternating_period: int = 2  # ALTERNATING: every n-th layer is full attention
+    # A config flag that must be on for the sliding window to apply (Qwen's use_sliding_window).
+    sliding_window_switch: str | None = None
+    names: ModuleNames = ModuleNames()
+    sinks: bool = False  # per-head attention sink logits (gpt-oss)
+    softcapping: bool = False  # reads attn_logit_softcapping / final_logit_softcapping
+    softmax_fp32: Flag = ON  # eager attention's softmax in fp32
+    eager_mask_kept: bool = False  # eager attention's torch.where keeps a bool mask (Qwen v1)
+    rope_tables: int = 1  # distinct rotary tables (Gemma 3: its global and local ropes)
+    head_dim_key: str = "head_dim"
+    # Canonical key -> the keys this family's config uses for it, in order of precedence.
+    keys: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
+    defaults: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    # peft 0.21 maps pre-fusion expert projection names onto the fused 3-D expert weights
+    # (`peft.utils.transformers_weight_conversion._MOE_TARGET_MODULE_MAPPING`).
+    expert_target_aliases: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+
+def _frozen(**kw: Any) -> Mapping[str, Any]:
+    return MappingProxyType(kw)
+
+
+def _keys(**kw: tuple[str, ...]) -> Mapping[str, tuple[str, ...]]:
+    return MappingProxyType(kw)
+
+
+_QWEN_MOE_TARGETS = _frozen(
+    gate_proj="experts.gate_up_proj", up_proj="experts.gate_up_proj", down_proj="experts.down_proj"
+)
+_SANDWICH_NORMS = (
+    "input_layernorm",
+    "post_attention_layernorm",
+    "pre_feedforward_layernorm",
+    "post_feedforward_layernorm",
+)
+
+LLAMA = Family(
+    "llama",
+    mlp_bias=Flag.config("mlp_bias"),
+    defaults=_frozen(tie_word_embeddings=False, attention_bias=False, mlp_bias=False),
+)
+MISTRAL = Family(
+    "mistral",
+    qkv_bias=OFF,
+    o_bias=OFF,
+    layout=LayerLayout.ALL_SLIDING,
+    defaults=_frozen(tie_word_embeddings=False, num_key_value_heads=8, sliding_window=4096),
+)
+QWEN2 = Family(
+    "qwen2",
+    qkv_bias=ON,
+    o_bias=OFF,
+    layout=LayerLayout.QWEN2,
+    sliding_window_switch="use_sliding_window",
+    defaults=_frozen(
+        tie_word_embeddings=False,
+        use_sliding_window=False,
+        sliding_window=4096,
+        max_window_layers=28,
+    ),
+)
+QWEN3 = Family(
+    "qwen3",
+    qk_norm=QkNorm(),
+    layout=LayerLayout.QWEN2,
+    sliding_window_switch="use_sliding_window",
+    defaults=_frozen(
+        tie_word_embeddings=False,
+        attention_bias=False,
+        use_sliding_window=False,
+        sliding_window=4096,
+        max_window_layers=28,
+    ),
+)
+GEMMA2 = Family(
+    "gemma2",
+    norm_fp32=True,
+    layer_norms=_SANDWICH_NORMS,
+    layout=LayerLayout.ALTERNATING,
+    softcapping=True,
+    defaults=_frozen(
+        tie_word_embeddings=True,
+        attention_bias=False,
+        num_key_value_heads=4,
+        sliding_window=4096,
+        attn_logit_softcapping=50.0,
+        final_logit_softcapping=30.0,
+    ),
+)
+GEMMA3 = dataclasses.replace(
+    GEMMA2,
+    name="gemma3",
+    qk_norm=QkNorm(),
+    layout=LayerLayout.GEMMA3,
+    rope_tables=2,
+    defaults=_frozen(
+        tie_word_embeddings=True,
+        attention_bias=False,
+        num_key_value_heads=4,
+        sliding_window=4096,
+    ),
+)
+DEEPSEEK_V2_MOE = MoeSchema(
+    width_key="moe_intermediate_size",
+    placement=MoePlacement.FIRST_K_DENSE,
+    shared=SharedExperts.FUSED_N,
+    router_dtype="float32",
+    shared_bias_follows_mlp_bias=True,
+)
+DEEPSEEK_V2 = Family(
+    "deepseek_v2",
+    attention=Attention.MLA,
+    mlp_bias=Flag.config("mlp_bias"),
+    moe=DEEPSEEK_V2_MOE,
+    keys=_keys(num_experts=("n_routed_experts",)),
+    defaults=_frozen(
+        tie_word_embeddings=False,
+        attention_bias=False,
+        mlp_bias=False,
+        first_k_dense_replace=0,
+        n_shared_experts=2,
+        moe_layer_freq=1,
+    ),
+    expert_target_aliases=_QWEN_MOE_TARGETS,
+)
+
+_TABLE: tuple[Family, ...] = (
+    LLAMA,
+    dataclasses.replace(LLAMA, name="granite"),
+    MISTRAL,
+    Family(
+        "mixtral",
+        qkv_bias=OFF,
+        o_bias=OFF,
+        moe=MoeSchema(width_key="intermediate_size"),
+        layout=LayerLayout.ALL_SLIDING,
+        keys=_keys(num_experts=("num_local_experts",)),
+        defaults=_frozen(
+            tie_word_embeddings=False,
+            num_key_value_heads=8,
+            sliding_window=None,
+            num_experts=8,
+            num_experts_per_tok=2,
+        ),
+        expert_target_aliases=_frozen(
+            w1="experts.gate_up_proj", w3="experts.gate_up_proj", w2="experts.down_proj"
+        ),
+    ),
+    QWEN2,
+    Family(
+        "qwen2_moe",
+        qkv_bias=Flag.config("qkv_bias"),
+        o_bias=OFF,
+        moe=MoeSchema(
+            width_key="moe_intermediate_size",
+            placement=MoePlacement.SPARSE_STEP,
+            shared=SharedExperts.GATED_ONE,
+            shared_path="shared_expert",
+            zero_experts_means_dense=True,
+        ),
+        layout=LayerLayout.QWEN2_MOE,
+        sliding_window_switch="use_sliding_window",
+        keys=_keys(num_experts=("num_experts", "num_local_experts")),
+        defaults=_frozen(
+            tie_word_embeddings=False,
+            qkv_bias=True,
+            use_sliding_window=False,
+            sliding_window=4096,
+            max_window_layers=28,
+            decoder_sparse_step=1,
+            num_experts=60,
+            num_experts_per_tok=4,
+            moe_intermediate_size=1408,
+            shared_expert_intermediate_size=5632,
+            mlp_only_layers=[],
+        ),
+        expert_target_aliases=_QWEN_MOE_TARGETS,
+    ),
+    QWEN3,
+    dataclasses.replace(
+        QWEN3,
+        name="qwen3_moe",
+        moe=MoeSchema(
+            width_key="moe_intermediate_size",
+            placement=MoePlacement.SPARSE_STEP,
+            zero_experts_means_dense=True,
+        ),
+        layout=LayerLayout.ALL_SLIDING,
+        keys=_keys(num_experts=("num_experts", "num_local_experts")),
+        defaults=_frozen(
+            tie_word_embeddings=False,
+            attention_bias=False,
+            use_sliding_window=False,
+            sliding_window=4096,
+            num_key_value_heads=4,
+            decoder_sparse_step=1,
+            num_experts=128,
+            num_experts_per_tok=8,
+            moe_intermediate_size=768,
+            mlp_only_layers=[],
+        ),
+        expert_target_aliases=_QWEN_MOE_TARGETS,
+    ),
+    Family(
+        "gemma",
+        norm_fp32=True,
+        defaults=_frozen(tie_word_embeddings=True, attention_bias=False),
+    ),
+    GEMMA2,
+    GEMMA3,
+    Family(
+        "phi3",
+        attention=Attention.FUSED_QKV,
+        qkv_bias=OFF,
+        o_bias=OFF,
+        mlp=Mlp.FUSED_GATE_UP,
+        layout=LayerLayout.ALL_SLIDING,
+        defaults=_frozen(tie_word_embeddings=False, sliding_window=None),
+    ),
+    Family(
+        "phimoe",
+        norm="layernorm",
+        norm_bias=True,
+        moe=MoeSchema(
+            width_key="intermediate_size", router_name="router", router_is_nn_linear=True
+        ),
+        layout=LayerLayout.ALL_SLIDING,
+        lm_head_bias=Flag.config("lm_head_bias"),
+        keys=_keys(num_experts=("num_local_experts",)),
+        defaults=_frozen(
+            tie_word_embeddings=False,
+            attention_bias=False,
+            lm_head_bias=False,
+            num_key_value_heads=8,
+            sliding_window=None,
+            num_experts=16,
+            num_experts_per_tok=2,
+        ),
+    ),
+    DEEPSEEK_V2,
+    dataclasses.replace(
+        DEEPSEEK_V2,
+        name="deepseek_v3",
+        mlp_bias=OFF,
+        moe=dataclasses.replace(
+            DEEPSEEK_V2_MOE, e_score_correction_bias=True, shared_bias_follows_mlp_bias=False
+        ),
+        defaults=_frozen(
+            tie_word_embeddings=False,
+            attention_bias=False,
+            first_k_dense_replace=3,
+            n_shared_experts=1,
+            moe_layer_freq=1,
+        ),
+    ),
+    Family(
+        "gpt_oss",
+        moe=MoeSchema(
+            width_key="intermediate_size", router_name="router", router_bias=True, expert_bias=True
+        ),
+        layout=LayerLayout.ALTERNATING,
+        sinks=True,
+        keys=_keys(num_experts=("num_local_experts",)),
+        defaults=_frozen(
+            tie_word_embeddings=False,
+            attention_bias=True,
+            num_key_value_heads=8,
+            sliding_window=128,
+            num_experts=128,
+            num_experts_per_tok=4,
+        ),
+    ),
+    Family(
+        "olmo2",
+        layer_norms=("post_attention_layernorm", "post_feedforward_layernorm"),
+        qk_norm=QkNorm(per_head=False),
+        defaults=_frozen(tie_word_embeddings=False, attention_bias=False),
+    ),
+    Family(
+        "cohere",
+        norm="layernorm",
+        layer_norms=("input_layernorm",),
+        # Cohere's q/k norms hold (heads, head_dim) weights: the whole projection's width.
+        qk_norm=QkNorm(per_head=False, enabled=Flag.config("use_qk_norm")),
+        defaults=_frozen(tie_word_embeddings=True, attention_bias=False, use_qk_norm=False),
+    ),
+    Family(
+        "glm",
+        o_bias=OFF,
+        mlp=Mlp.FUSED_GATE_UP,
+        defaults=_frozen(tie_word_embeddings=False, attention_bias=True, num_key_value_heads=2),
+    ),
+    Family(
+        "starcoder2",
+        qkv_bias=Flag.config("use_bias"),
+        o_bias=Flag.config("use_bias"),
+        mlp=Mlp.PLAIN,
+        mlp_bias=Flag.config("use_bias"),
+        norm="layernorm",
+        norm_bias=True,
+        layout=LayerLayout.ALL_SLIDING,
+        defaults=_frozen(
+            tie_word_embeddings=True, use_bias=True, num_key_value_heads=2, sliding_window=None
+        ),
+    ),
+    # The original Qwen (Qwen-7B, Qwen-14B, Qwen-72B): remote code "QWenLMHeadModel".
+    Family(
+        "qwen",
+        attention=Attention.QWEN_C_ATTN,
+        qkv_bias=ON,
+        o_bias=Flag.config("no_bias", negate=True),
+        mlp=Mlp.QWEN_W,
+        mlp_bias=Flag.config("no_bias", negate=True),
+        layer_norms=("ln_1", "ln_2"),
+        names=ModuleNames(
+            prefix="transformer", embed="wte", final_norm="ln_f", layers="h", attn="attn"
+        ),
+        softmax_fp32=Flag.config("softmax_in_fp32"),
+        eager_mask_kept=True,
+        head_dim_key="kv_channels",
+        keys=_keys(max_position_embeddings=("max_position_embeddings", "seq_length")),
+        defaults=_frozen(tie_word_embeddings=False, no_bias=True, softmax_in_fp32=False),
+    ),
+)
+
+#: model_type -> family. gemma3_text is the language model of the gemma3 wrapper.
+FAMILIES: Mapping[str, Family] = MappingProxyType(
+    {("gemma3_text" if f is GEMMA3 else f.name): f for f in _TABLE}
+)
+
+#: Outer model_type of a multimodal wrapper -> model_type of its language model, when the
+#: inner config does not name one.
+WRAPPER_TEXT_TYPES: Mapping[str, str] = MappingProxyType({"gemma3": "gemma3_text"})
+
+#: model_type values (inner model_type for multimodal wrappers) this package can describe.
+SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted({*FAMILIES, *WRAPPER_TEXT_TYPES}))
+
+#: A decoder whose family is unknown but whose config has the standard keys is read as Llama.
+GENERIC_DECODER = LLAMA
+
+
+def family_for(model_type: str) -> Family | None:
+    return FAMILIES.get(model_type)

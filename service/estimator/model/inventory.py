@@ -1,0 +1,453 @@
+"""The module inventory of a language model: every tensor, with its roles and its count.
+
+:func:`linear_modules` lists each projection as the family's modeling code builds it (the
+layouts below are data: one tuple of projections per attention and MLP style), with the role
+tensor parallelism gives it (:class:`Shard`) and the activation it reads (:class:`Reads`).
+:func:`parameter_groups` lists everything else: embeddings, norms, sinks and router biases.
+``service.estimator.model.parameters.count_parameters`` adds them up; the reference tests
+compare that with ``model.parameters()`` of transformers built on the meta device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from service.estimator.model.architecture import Architecture
+from service.estimator.model.families import Attention, Mlp
+from service.estimator.model.shapes import LinearModule, ParameterGroup, Reads, Shard
+
+__all__ = ["linear_modules", "parameter_groups"]
+
+
+@dataclass(frozen=True)
+class _Proj:
+    """One projection of a layout: its name, widths (``h``: hidden, ``w``: the block's
+    intermediate, ``2w``: fused pair) and roles."""
+
+    name: str
+    fan_in: str
+    fan_out: str
+    shard: Shard
+    reads: Reads
+
+
+# MLP layouts, by style: (name, in, out, shard, reads).
+_MLP: dict[Mlp, tuple[_Proj, ...]] = {
+    Mlp.GATED: (
+        _Proj("gate_proj", "h", "w", Shard.COLUMN, Reads.MLP_INPUT),
+        _Proj("up_proj", "h", "w", Shard.COLUMN, Reads.MLP_INPUT),
+        _Proj("down_proj", "w", "h", Shard.ROW, Reads.MLP_ACT),
+    ),
+    Mlp.FUSED_GATE_UP: (
+        _Proj("gate_up_proj", "h", "2w", Shard.COLUMN, Reads.MLP_INPUT),
+        _Proj("down_proj", "w", "h", Shard.ROW, Reads.MLP_ACT),
+    ),
+    Mlp.PLAIN: (
+        _Proj("c_fc", "h", "w", Shard.COLUMN, Reads.MLP_INPUT),
+        _Proj("c_proj", "w", "h", Shard.ROW, Reads.MLP_ACT),
+    ),
+    Mlp.QWEN_W: (
+        _Proj("w1", "h", "w", Shard.COLUMN, Reads.MLP_INPUT),
+        _Proj("w2", "h", "w", Shard.COLUMN, Reads.MLP_INPUT),
+        _Proj("c_proj", "w", "h", Shard.ROW, Reads.MLP_ACT),
+    ),
+}
+
+
+class _Builder:
+    """Collects the modules of one architecture (paths from the family's module names)."""
+
+    def __init__(self, arch: Architecture) -> None:
+        self.arch = arch
+        names = arch.family.names
+        self.all_layers = tuple(range(arch.num_layers))
+        self.base = f"{names.prefix}.{names.layers}.{{i}}"
+        self.attn = f"{self.base}.{names.attn}"
+        self.mlp = f"{self.base}.{names.mlp}"
+        self.out: list[LinearModule] = []
+
+    def add(
+        self,
+        name: str,
+        path: str,
+        component: str,
+        fan_in: int,
+        fan_out: int,
+        bias: bool,
+        shard: Shard,
+        reads: Reads,
+        layers: tuple[int, ...] | None = None,
+        **kw: object,
+    ) -> None:
+        layers = self.all_layers if layers is None else layers
+        if layers or component == "lm_head":
+            self.out.append(
+                LinearModule(
+                    name,
+                    path,
+                    component,
+                    fan_in,
+                    fan_out,
+                    bias,
+                    layers,
+                    shard,
+                    reads,
+                    **kw,  # type: ignore[arg-type]
+                )
+            )
+
+    def mlp_block(
+        self,
+        style: Mlp,
+        path: str,
+        component: str,
+        width: int,
+        bias: bool,
+        layers: tuple[int, ...],
+        act: Reads = Reads.MLP_ACT,
+    ) -> None:
+        h = self.arch.hidden_size
+        sizes = {"h": h, "w": width, "2w": 2 * width}
+        for p in _MLP[style]:
+            reads = act if p.reads is Reads.MLP_ACT else p.reads
+            self.add(
+                p.name,
+                f"{path}.{p.name}",
+                component,
+                sizes[p.fan_in],
+                sizes[p.fan_out],
+                bias,
+                p.shard,
+                reads,
+                layers,
+            )
+
+
+def _standard_attention(b: _Builder) -> None:
+    a, h = b.arch, b.arch.hidden_size
+    q, kv = a.q_proj_size, a.kv_proj_size
+    b.add(
+        "q_proj",
+        f"{b.attn}.q_proj",
+        "attention",
+        h,
+        q,
+        a.attention_bias,
+        Shard.COLUMN,
+        Reads.ATTN_INPUT,
+    )
+    b.add(
+        "k_proj",
+        f"{b.attn}.k_proj",
+        "attention",
+        h,
+        kv,
+        a.attention_bias,
+        Shard.KV_HEADS,
+        Reads.ATTN_INPUT,
+    )
+    b.add(
+        "v_proj",
+        f"{b.attn}.v_proj",
+        "attention",
+        h,
+        kv,
+        a.attention_bias,
+        Shard.KV_HEADS,
+        Reads.ATTN_INPUT,
+    )
+    b.add(
+        "o_proj",
+        f"{b.attn}.o_proj",
+        "attention",
+        q,
+        h,
+        a.attention_out_bias,
+        Shard.ROW,
+        Reads.ATTN_OUTPUT,
+    )
+
+
+def _fused_qkv_attention(b: _Builder) -> None:
+    a, h = b.arch, b.arch.hidden_size
+    q, kv = a.q_proj_size, a.kv_proj_size
+    b.add(
+        "qkv_proj",
+        f"{b.attn}.qkv_proj",
+        "attention",
+        h,
+        q + 2 * kv,
+        a.attention_bias,
+        Shard.QKV_HEADS,
+        Reads.ATTN_INPUT,
+    )
+    b.add(
+        "o_proj",
+        f"{b.attn}.o_proj",
+        "attention",
+        q,
+        h,
+        a.attention_out_bias,
+        Shard.ROW,
+        Reads.ATTN_OUTPUT,
+    )
+
+
+def _qwen_c_attn(b: _Builder) -> None:
+    a, h = b.arch, b.arch.hidden_size
+    q = a.q_proj_size
+    b.add(
+        "c_attn",
+        f"{b.attn}.c_attn",
+        "attention",
+        h,
+        3 * q,
+        a.attention_bias,
+        Shard.COLUMN,
+        Reads.ATTN_INPUT,
+    )
+    b.add(
+        "c_proj",
+        f"{b.attn}.c_proj",
+        "attention",
+        q,
+        h,
+        a.attention_out_bias,
+        Shard.ROW,
+        Reads.ATTN_OUTPUT,
+    )
+
+
+def _mla_attention(b: _Builder) -> None:
+    a, h = b.arch, b.arch.hidden_size
+    mla = a.mla
+    assert mla is not None
+    heads = a.num_attention_heads
+    bias = a.attention_bias
+    if mla.q_lora_rank is None:
+        b.add(
+            "q_proj",
+            f"{b.attn}.q_proj",
+            "attention",
+            h,
+            heads * mla.qk_head_dim,
+            False,
+            Shard.COLUMN,
+            Reads.ATTN_INPUT,
+        )
+    else:
+        b.add(
+            "q_a_proj",
+            f"{b.attn}.q_a_proj",
+            "attention",
+            h,
+            mla.q_lora_rank,
+            bias,
+            Shard.REPLICATED,
+            Reads.ATTN_INPUT,
+        )
+        b.add(
+            "q_b_proj",
+            f"{b.attn}.q_b_proj",
+            "attention",
+            mla.q_lora_rank,
+            heads * mla.qk_head_dim,
+            False,
+            Shard.COLUMN,
+            Reads.Q_LATENT,
+        )
+    b.add(
+        "kv_a_proj_with_mqa",
+        f"{b.attn}.kv_a_proj_with_mqa",
+        "attention",
+        h,
+        mla.latent_width,
+        bias,
+        Shard.REPLICATED,
+        Reads.ATTN_INPUT,
+    )
+    b.add(
+        "kv_b_proj",
+        f"{b.attn}.kv_b_proj",
+        "attention",
+        mla.kv_lora_rank,
+        heads * (mla.qk_nope_head_dim + mla.v_head_dim),
+        False,
+        Shard.COLUMN,
+        Reads.KV_LATENT,
+    )
+    b.add(
+        "o_proj",
+        f"{b.attn}.o_proj",
+        "attention",
+        heads * mla.v_head_dim,
+        h,
+        a.attention_out_bias,
+        Shard.ROW,
+        Reads.ATTN_OUTPUT,
+    )
+
+
+_ATTENTION: dict[Attention, Callable[[_Builder], None]] = {
+    Attention.STANDARD: _standard_attention,
+    Attention.FUSED_QKV: _fused_qkv_attention,
+    Attention.QWEN_C_ATTN: _qwen_c_attn,
+    Attention.MLA: _mla_attention,
+}
+
+
+def _experts(b: _Builder) -> None:
+    a, moe, schema = b.arch, b.arch.moe, b.arch.family.moe
+    assert moe is not None and schema is not None
+    h = a.hidden_size
+    sparse = moe.layers
+    router = schema.router_name
+    b.add(
+        router,
+        f"{b.mlp}.{router}",
+        "router",
+        h,
+        moe.num_experts,
+        moe.router_bias,
+        Shard.REPLICATED,
+        Reads.MLP_INPUT,
+        sparse,
+        is_nn_linear=schema.router_is_nn_linear,
+        dtype=moe.router_dtype,
+    )
+    e, k, w = moe.num_experts, moe.experts_per_token, moe.expert_intermediate_size
+    for name, fan_in, fan_out, shard, reads in (
+        ("experts.gate_up_proj", h, 2 * w, Shard.COLUMN, Reads.MLP_INPUT),
+        ("experts.down_proj", w, h, Shard.ROW, Reads.EXPERT_ACT),
+    ):
+        b.add(
+            name,
+            f"{b.mlp}.{name}",
+            "experts",
+            fan_in,
+            fan_out,
+            moe.expert_bias,
+            shard,
+            reads,
+            sparse,
+            per_layer=e,
+            active_per_layer=k,
+            is_nn_linear=False,
+        )
+    if moe.shared_expert_intermediate_size:
+        bias = a.mlp_bias and schema.shared_bias_follows_mlp_bias
+        b.mlp_block(
+            Mlp.GATED,
+            f"{b.mlp}.{schema.shared_path}",
+            "shared_experts",
+            moe.shared_expert_intermediate_size,
+            bias,
+            sparse,
+            act=Reads.SHARED_ACT,
+        )
+    if moe.shared_expert_gate:
+        b.add(
+            "shared_expert_gate",
+            f"{b.mlp}.shared_expert_gate",
+            "router",
+            h,
+            1,
+            False,
+            Shard.REPLICATED,
+            Reads.MLP_INPUT,
+            sparse,
+        )
+
+
+def linear_modules(arch: Architecture) -> tuple[LinearModule, ...]:
+    """Every linear projection of the language model, lm_head last."""
+    b = _Builder(arch)
+    _ATTENTION[arch.family.attention](b)
+    b.mlp_block(
+        arch.family.mlp, b.mlp, "mlp", arch.intermediate_size, arch.mlp_bias, arch.dense_layers
+    )
+    if arch.moe is not None:
+        _experts(b)
+    b.add(
+        "lm_head",
+        "lm_head",
+        "lm_head",
+        arch.hidden_size,
+        arch.vocab_size,
+        arch.lm_head_bias,
+        Shard.VOCAB,
+        Reads.FINAL,
+        (),
+        tied=arch.tie_word_embeddings,
+    )
+    return tuple(b.out)
+
+
+def parameter_groups(arch: Architecture) -> tuple[ParameterGroup, ...]:
+    """Every non-linear tensor: embeddings, norms, sinks, router correction biases."""
+    names = arch.family.names
+    all_layers = tuple(range(arch.num_layers))
+    base = f"{names.prefix}.{names.layers}.{{i}}"
+    attn = f"{base}.{names.attn}"
+    h = arch.hidden_size
+    norm_numel = h * (2 if arch.norm_bias else 1)
+    out = [
+        ParameterGroup(
+            "embed_tokens",
+            f"{names.prefix}.{names.embed}.weight",
+            "embeddings",
+            arch.vocab_size * h,
+            vocab_rows=arch.vocab_size,
+        )
+    ]
+    for name in arch.family.layer_norms:
+        out.append(ParameterGroup(name, f"{base}.{name}", "norms", norm_numel, all_layers))
+    if arch.qk_norm is not None:
+        per_head = arch.qk_norm == "per_head"
+        q_numel = arch.head_dim if per_head else arch.q_proj_size
+        k_numel = arch.head_dim if per_head else arch.kv_proj_size
+        out.append(ParameterGroup("q_norm", f"{attn}.q_norm", "norms", q_numel, all_layers))
+        out.append(ParameterGroup("k_norm", f"{attn}.k_norm", "norms", k_numel, all_layers))
+    if arch.mla is not None:
+        if arch.mla.q_lora_rank is not None:
+            out.append(
+                ParameterGroup(
+                    "q_a_layernorm",
+                    f"{attn}.q_a_layernorm",
+                    "norms",
+                    arch.mla.q_lora_rank,
+                    all_layers,
+                )
+            )
+        out.append(
+            ParameterGroup(
+                "kv_a_layernorm",
+                f"{attn}.kv_a_layernorm",
+                "norms",
+                arch.mla.kv_lora_rank,
+                all_layers,
+            )
+        )
+    if arch.attention_sinks:
+        out.append(
+            ParameterGroup(
+                "sinks", f"{attn}.sinks", "attention", arch.num_attention_heads, all_layers
+            )
+        )
+    if arch.moe is not None and arch.moe.e_score_correction_bias:
+        out.append(
+            ParameterGroup(
+                "e_score_correction_bias",
+                f"{base}.{names.mlp}.gate.e_score_correction_bias",
+                "router",
+                arch.moe.num_experts,
+                arch.moe.layers,
+                is_buffer=True,
+                dtype="float32",
+            )
+        )
+    out.append(
+        ParameterGroup(names.final_norm, f"{names.prefix}.{names.final_norm}", "norms", norm_numel)
+    )
+    return tuple(out)

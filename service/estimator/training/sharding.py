@@ -1,0 +1,111 @@
+"""Data-parallel sharding of training state: ZeRO stages 1-3 / FSDP, and CPU offload.
+
+Follows DeepSpeed ZeRO (Rajbhandari et al., 2020) and its defaults as Hugging Face's
+integration sets them (``"auto"``): stage 1 partitions optimizer states (with the fp32 master
+copy under mixed precision), stage 2 also gradients, stage 3 also parameters. FSDP
+``FULL_SHARD`` behaves as stage 3, ``SHARD_GRAD_OP`` as stage 2.
+
+Buffers the sharded stages need on each GPU:
+
+- stage ≥ 2: a gradient reduce bucket of ``hidden_size²`` elements (HF ``reduce_bucket_size``
+  auto) in the gradient dtype;
+- stage 3: the gathered parameters of the layer being computed and of the one prefetched
+  (two decoder layers' parameters in the compute dtype; HF sets the prefetch bucket to
+  ``0.9·hidden²``, below one layer of any real model), plus the same reduce bucket.
+
+CPU offload (ZeRO-Offload / ZeRO-Infinity to CPU): ``offload_optimizer`` moves the states and
+the master copy, and the fp32 gradient partition the CPU optimizer reads, to host memory; the
+update runs on the CPU (no GPU update transient). ``offload_parameters`` (stage 3 only) moves
+the parameter shards too; the GPU keeps the gathered-layer buffers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from service.estimator.errors import InvalidRequest
+from service.estimator.units import cdiv
+
+__all__ = ["ShardedState", "Sharding", "shard_state", "validate_sharding"]
+
+
+@dataclass(frozen=True, slots=True)
+class Sharding:
+    dp: int  # data-parallel degree (gpu_count / (tp × pp))
+    zero_stage: int
+    offload_optimizer: bool
+    offload_parameters: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ShardedState:
+    """Per-GPU persistent bytes after sharding, and host bytes (whole job)."""
+
+    weights: int
+    gradients: int
+    optimizer_states: int
+    update_temp: int
+    buffers: int  # gathered-parameter and reduce buckets (transient, counted at peak)
+    cpu_bytes: int
+
+
+def validate_sharding(gpu_count: int, sharding: Sharding) -> None:
+    if sharding.zero_stage not in (0, 1, 2, 3):
+        raise InvalidRequest(
+            f"zero_stage must be one of 0, 1, 2, 3; got {sharding.zero_stage}", field="zero_stage"
+        )
+    offload = sharding.offload_optimizer or sharding.offload_parameters
+    if sharding.zero_stage > 0 and sharding.dp == 1 and not offload:
+        raise InvalidRequest(
+            f"zero_stage {sharding.zero_stage} shards state across data-parallel GPUs, and this "
+            f"job has one (gpu_count {gpu_count}); use zero_stage 0, more GPUs, or CPU offload",
+            field="zero_stage",
+        )
+    if sharding.offload_optimizer and sharding.zero_stage == 0:
+        raise InvalidRequest(
+            "offload_optimizer needs zero_stage 1, 2 or 3", field="offload_optimizer"
+        )
+    if sharding.offload_parameters and sharding.zero_stage != 3:
+        raise InvalidRequest("offload_parameters needs zero_stage 3", field="offload_parameters")
+
+
+def shard_state(
+    sharding: Sharding,
+    *,
+    weights: int,
+    trainable_weights: int,
+    gradients: int,
+    optimizer_states: int,
+    update_temp: int,
+    layer_param_bytes: int,
+    bucket_bytes: int,
+) -> ShardedState:
+    """Per-GPU bytes of one model-parallel rank's state under ``plan``.
+
+    ``weights`` all parameter bytes the rank holds (frozen ones included); only
+    ``trainable_weights`` of them are sharded by stage 3 together with the frozen ones (ZeRO-3
+    partitions every parameter). ``optimizer_states`` includes a master copy if any.
+    """
+    dp = sharding.dp
+    stage = sharding.zero_stage
+    cpu = 0
+    w, g, s, temp, buf = weights, gradients, optimizer_states, update_temp, 0
+    if stage >= 1:
+        s = cdiv(optimizer_states, dp)
+        temp = cdiv(update_temp, dp)
+    if stage >= 2:
+        g = cdiv(gradients, dp)
+        buf += min(bucket_bytes, gradients)
+    if stage == 3:
+        w = cdiv(weights, dp)
+        buf += min(2 * layer_param_bytes, weights)
+    if sharding.offload_optimizer:
+        cpu += optimizer_states + (gradients if stage < 2 else g * dp)
+        s = 0
+        temp = 0
+        g = min(bucket_bytes, gradients)  # 16-bit gradient buckets stream to the host
+    if sharding.offload_parameters:
+        cpu += weights
+        w = 0
+    del trainable_weights
+    return ShardedState(w, g, s, temp, buf, cpu)

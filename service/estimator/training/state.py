@@ -1,0 +1,522 @@
+"""The static state of a training step: what each GPU holds whatever the batch and sequence.
+
+For the first and last pipeline stage (the most loaded ones), per GPU: weights (trainable and
+frozen, a quantized base priced in its format), gradients, optimizer states (resident during
+forward/backward and during the step, paged ones only then), the update's transient, the
+sharding buffers, and the activation coefficients in b·s and b·s² that :mod:`.phases` turns
+into bytes at a (batch, sequence) point. Computed once per request's static fields and cached.
+
+Components: :mod:`.precision` (dtypes), :mod:`.optimizers` (states and update transient),
+:mod:`.lora` (adapters), :mod:`.activations` (what layers keep), :mod:`.sharding` (ZeRO/FSDP,
+offload), :mod:`service.estimator.formats` (bytes of a stored or quantized weight).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from functools import cached_property
+
+from service.estimator.engines.overhead import framework_overhead
+from service.estimator.formats import WeightFormat, get_format, linear_weight_bytes
+from service.estimator.memo import memoized
+from service.estimator.model import Architecture, LinearModule
+from service.estimator.parallel import stage_layer_ranges
+from service.estimator.training.activations import (
+    ActivationCoefficients,
+    ActivationSetup,
+    activation_coefficients,
+)
+from service.estimator.training.lora import adapter_parameters, lora_targets, module_rank
+from service.estimator.training.optimizers import TensorGroup, get_optimizer, optimizer_footprint
+from service.estimator.training.precision import ADAPTER_DTYPE, Precision, get_precision
+from service.estimator.training.request import FinetuneRequest, sharding_of
+from service.estimator.training.sharding import shard_state
+from service.estimator.units import bytes_per_element
+
+__all__ = ["StageState", "StaticState", "static_state"]
+
+
+@dataclass(frozen=True)
+class StageState:
+    """One pipeline stage's per-GPU constant bytes and activation coefficients."""
+
+    weights: int
+    gradients: int
+    states: int  # resident during forward/backward
+    states_step: int  # resident during the optimizer step (paged states page in)
+    update_temp: int
+    buffers: int
+    tied_transient: int
+    weight_copies: int
+    lin: float  # kept bytes per b·s (all in-flight micro-batches)
+    quad: float
+    head: float  # per b·s, last stage only
+    fw_transient: float
+    bw_transient: float
+    recompute_lin: float
+    recompute_quad: float
+    overhead_fixed: int
+
+
+@dataclass(frozen=True)
+class StaticState:
+    stages: tuple[StageState, ...]  # first and last (one if pp == 1)
+    cpu_bytes: int
+    trainable: int
+    total_params: int
+    assumptions: tuple[str, ...]
+    details: tuple[tuple[str, int | float | str | bool | None], ...]
+
+    @cached_property
+    def phase_lines(self) -> tuple[tuple[float, float, float], ...]:
+        """Every phase's allocated bytes as K + L·(b·s) + Q·(b·s²), over all stages."""
+        out = []
+        for g in self.stages:
+            k = g.weights + g.buffers + g.states + g.weight_copies
+            out.append((float(k), g.lin + g.head + g.fw_transient, g.quad))
+            out.append((float(k), g.lin + g.head + g.bw_transient, g.quad))
+            out.append((float(k), g.lin + g.recompute_lin, g.quad + g.recompute_quad))
+            out.append(
+                (float(g.weights + g.buffers + g.states + g.gradients + g.tied_transient), 0.0, 0.0)
+            )
+            out.append(
+                (
+                    float(g.weights + g.buffers + g.states_step + g.gradients + g.update_temp),
+                    0.0,
+                    0.0,
+                )
+            )
+        return tuple(out)
+
+
+@dataclass(frozen=True)
+class _Dtypes:
+    """Bytes per element of each kind of training tensor, and the frozen base's format.
+
+    Under ZeRO/FSDP with mixed precision the 16-bit copy is the model's weight and the fp32
+    master copy lives with the optimizer states (the DeepSpeed layout).
+    """
+
+    compute: int
+    trainable_weight: int
+    gradient: int
+    master: int
+    master_copy: int  # the fp32 master copy held with the states (DeepSpeed layout), or 0
+    adapter: int
+    frozen: int  # a frozen, unquantized tensor
+    base_format: WeightFormat
+    deepspeed_mixed: bool
+
+
+def _dtypes(req: FinetuneRequest, prec: Precision) -> _Dtypes:
+    c = prec.compute_bytes
+    master = prec.master_bytes
+    deepspeed_mixed = req.zero_stage > 0 and prec.autocast
+    if req.is_lora:
+        name = req.weight_format or ("nf4" if req.method == "qlora" else req.arch.dtype)
+        base_fmt = get_format(name)
+    elif deepspeed_mixed:
+        base_fmt = get_format(prec.compute if c == 2 else "fp32")
+    else:
+        base_fmt = get_format("fp32" if master == 4 else "bf16")
+    frozen = int(bytes_per_element("bf16" if base_fmt.quantized else base_fmt.name))
+    return _Dtypes(
+        compute=c,
+        trainable_weight=c if deepspeed_mixed else master,
+        gradient=c if deepspeed_mixed else prec.grad_bytes,
+        master=master,
+        master_copy=master if deepspeed_mixed else 0,
+        adapter=int(bytes_per_element(ADAPTER_DTYPE)),
+        frozen=frozen,
+        base_format=base_fmt,
+        deepspeed_mixed=deepspeed_mixed,
+    )
+
+
+@dataclass
+class _StageTensors:
+    weights: int = 0
+    trainable_numel: int = 0
+    largest_layer: int = 0
+    groups: list[TensorGroup] = dataclasses.field(default_factory=list)
+
+
+class _Placement:
+    """Which tensors lie on a stage and which of them train."""
+
+    def __init__(self, req: FinetuneRequest, stage: int) -> None:
+        arch = req.arch
+        self.req = req
+        self.stage = stage
+        self.pp = req.pipeline_parallel_size
+        self.range = stage_layer_ranges(arch.num_layers, self.pp)[stage]
+        self.trainable_from = 0
+        if req.method == "freeze":
+            self.trainable_from = arch.num_layers - req.trainable_layer_count
+        elif req.is_lora:
+            self.trainable_from = arch.num_layers  # the base is frozen
+
+    def count(self, layers: tuple[int, ...], component: str) -> int:
+        """How many of `layers` lie on the stage (non-layer tensors: by component)."""
+        if not layers:
+            first, last = self.stage == 0, self.stage == self.pp - 1
+            return int(first if component == "embeddings" else last)
+        return sum(1 for i in layers if i in self.range)
+
+    def training(self, layers: tuple[int, ...]) -> int:
+        """How many of `layers` on the stage train (their base weights, not adapters)."""
+        if self.req.method == "full":
+            return self.count(layers, "")
+        if self.req.is_lora:
+            return 0
+        return sum(1 for i in layers if i in self.range and i >= self.trainable_from)
+
+
+def _linear_tensors(
+    m: LinearModule, where: _Placement, dt: _Dtypes, lora_names: frozenset[str], out: _StageTensors
+) -> None:
+    req = where.req
+    tp = req.tensor_parallel_size
+    n_here = where.count(m.layers, m.component)
+    if not n_here:
+        return
+    split = tp if m.component != "router" else 1
+    # A layer's modules train as its layer does; lm_head trains only in full fine-tuning.
+    trains = where.training(m.layers) if m.layers else (n_here if req.method == "full" else 0)
+    frozen = n_here - trains
+    if trains:
+        k = m.per_layer * trains
+        out.weights += m.params_per_instance * k // split * dt.trainable_weight
+        # optimizer states follow the fp32 master copy under mixed precision
+        out.groups.append(TensorGroup(m.out_features // split, m.in_features, k, dt.master))
+        out.trainable_numel += m.params_per_instance * k // split
+    if frozen:
+        k = m.per_layer * frozen
+        fmt = dt.base_format
+        if fmt.quantized and m.component not in ("lm_head", "router"):
+            out.weights += (
+                linear_weight_bytes(fmt, m.in_features, m.out_features // split) * k
+                + (m.bias_numel // split) * k * dt.frozen
+            )
+        else:
+            out.weights += m.params_per_instance * k // split * dt.frozen
+    if m.layers:
+        out.largest_layer = max(out.largest_layer, m.params_per_instance * m.per_layer)
+    if m.name in lora_names and m.layers:
+        k = m.per_layer * n_here
+        r = module_rank(m, req.lora.rank)
+        a = TensorGroup(r, m.in_features, k, dt.adapter)
+        b = TensorGroup(m.out_features // split, r, k, dt.adapter)
+        out.groups += [a, b]
+        n_adapter = (a.numel + b.numel) * k
+        out.trainable_numel += n_adapter
+        out.weights += n_adapter * dt.adapter
+
+
+def _stage_tensors(where: _Placement, dt: _Dtypes, lora_names: frozenset[str]) -> _StageTensors:
+    req = where.req
+    arch = req.arch
+    tp = req.tensor_parallel_size
+    out = _StageTensors()
+    for m in arch.linear_modules:
+        if not m.tied:
+            _linear_tensors(m, where, dt, lora_names, out)
+    for g in arch.parameter_groups:
+        if g.is_buffer:
+            continue
+        n_here = where.count(g.layers, g.component)
+        last = where.stage == where.pp - 1
+        if g.component == "embeddings" and where.pp > 1 and arch.tie_word_embeddings and last:
+            n_here = 1  # the last stage holds its own copy of a tied lm_head
+        if not n_here:
+            continue
+        split = tp if g.component == "embeddings" else 1
+        numel = g.numel * g.per_layer * n_here // split
+        if g.layers:
+            trains = g.numel * g.per_layer * where.training(g.layers) // split
+        else:
+            trains = numel if req.method == "full" else 0
+        out.weights += trains * dt.trainable_weight + (numel - trains) * dt.frozen
+        if trains:
+            cols = arch.hidden_size if g.component == "embeddings" else 0
+            rows = trains // cols if cols else trains
+            out.groups.append(TensorGroup(rows, cols, 1, dt.master))
+            out.trainable_numel += trains
+    return out
+
+
+def _weight_copies(
+    req: FinetuneRequest,
+    prec: Precision,
+    dt: _Dtypes,
+    coef: ActivationCoefficients,
+    where: _Placement,
+    lora_mods: tuple[LinearModule, ...],
+    in_flight: int,
+) -> int:
+    """Weight-sized tensors activations hold: autocast's 16-bit copies of this stage's fp32
+    linear weights, peft's effective expert weights, a dequantized base weight."""
+    arch = req.arch
+    tp = req.tensor_parallel_size
+    share = len(where.range) / arch.num_layers
+    copies = 0
+    if (prec.autocast and not req.is_lora and not dt.deepspeed_mixed) or (
+        prec.autocast and req.is_lora and dt.frozen > dt.compute
+    ):
+        copies = int(coef.weight_copies * share)
+    fused = [m for m in lora_mods if not m.is_nn_linear and m.layers]
+    if fused:
+        # peft adapts a 3-D expert stack through a parametrization: each forward
+        # materializes W + B·A for every expert (`baddbmm`, in W's dtype) and the expert
+        # matmul keeps that effective weight for backward. Under full checkpointing only
+        # the layer being recomputed holds one.
+        per_layer: dict[int, int] = {}
+        for m in fused:
+            for i in m.layers:
+                if i in where.range:
+                    per_layer[i] = per_layer.get(i, 0) + (
+                        m.params_per_instance * m.per_layer // tp * dt.frozen
+                    )
+        if per_layer:
+            copies += (
+                max(per_layer.values())
+                if req.gradient_checkpointing == "full"
+                else sum(per_layer.values()) * in_flight
+            )
+    if req.is_lora and dt.base_format.quantized:
+        # A quantized base linear is dequantized to the compute dtype for each matmul, in
+        # forward and again in backward (bitsandbytes `dequantize_4bit`): one such weight,
+        # the largest, exists at a time on top of everything kept.
+        copies += (
+            max(
+                (m.out_features // (tp if m.component != "router" else 1)) * m.in_features
+                for m in arch.linear_modules
+                if m.layers and m.is_nn_linear and m.component != "router"
+            )
+            * dt.compute
+        )
+    return copies
+
+
+def _activation_setup(
+    req: FinetuneRequest,
+    prec: Precision,
+    dt: _Dtypes,
+    where: _Placement,
+    lora_names: frozenset[str],
+) -> ActivationSetup:
+    base_trains = req.method in ("full", "freeze")
+    residual = (
+        (dt.compute if dt.deepspeed_mixed else dt.master)
+        if base_trains
+        else (dt.frozen if not dt.base_format.quantized else dt.compute)
+    )
+    return ActivationSetup(
+        arch=req.arch,
+        compute_bytes=dt.compute,
+        residual_bytes=residual,
+        autocast=prec.autocast,
+        base_trainable=base_trains,
+        trainable_from=where.trainable_from,
+        lora_names=lora_names,
+        lora_rank=req.lora.rank,
+        attention=req.attention,
+        checkpointing=req.gradient_checkpointing,
+        tp=req.tensor_parallel_size,
+        sp=req.sequence_parallel,
+        frozen_inputs_kept=(
+            req.quantized_base_saves_inputs and dt.base_format.quantized and req.is_lora
+        ),
+    )
+
+
+def _stage_state(
+    req: FinetuneRequest,
+    prec: Precision,
+    dt: _Dtypes,
+    stage: int,
+    lora_mods: tuple[LinearModule, ...],
+) -> tuple[StageState, int]:
+    """(the stage's state, its host bytes per model-parallel rank)."""
+    arch = req.arch
+    tp, pp = req.tensor_parallel_size, req.pipeline_parallel_size
+    opt = get_optimizer(req.optimizer)
+    sharding = sharding_of(req)
+    lora_names = frozenset(m.name for m in lora_mods)
+    where = _Placement(req, stage)
+    tensors = _stage_tensors(where, dt, lora_names)
+    trainable = tensors.trainable_numel
+    grads = trainable * (dt.adapter if req.is_lora else dt.gradient)
+    foot = optimizer_footprint(opt, tensors.groups, req.optimizer_foreach)
+    sharded = req.zero_stage > 0
+    layer_param_bytes = (
+        tensors.largest_layer // tp * (dt.compute if sharded else dt.trainable_weight)
+    )
+    bucket = arch.hidden_size * arch.hidden_size * (dt.adapter if req.is_lora else dt.gradient)
+    sh = shard_state(
+        sharding,
+        weights=tensors.weights,
+        trainable_weights=trainable * dt.trainable_weight,
+        gradients=grads,
+        optimizer_states=foot.state_bytes + trainable * dt.master_copy,
+        update_temp=foot.update_temp_bytes,
+        layer_param_bytes=layer_param_bytes,
+        bucket_bytes=bucket,
+    )
+    tied_transient = 0
+    if arch.tie_word_embeddings and req.method == "full" and pp == 1:
+        tied_transient = arch.vocab_size * arch.hidden_size // tp * dt.gradient
+        if req.zero_stage >= 2:
+            tied_transient //= sharding.dp
+    coef = activation_coefficients(_activation_setup(req, prec, dt, where, lora_names))
+    in_flight = pp - stage  # 1F1B: stage i holds pp - i micro-batches
+    last = stage == pp - 1
+    # CUDA context, workspaces and NCCL; a data-parallel group needs a communicator of its
+    # own, priced like a tensor-parallel group within one node (ring buffers are per channel,
+    # not per peer beyond the node's 8 NVLink peers).
+    overhead_fixed = framework_overhead(
+        max(tp, min(sharding.dp, 8)), pp, uses_nccl=req.gpu_count > 1
+    ).total
+    state = StageState(
+        weights=sh.weights,
+        gradients=sh.gradients,
+        states=0 if foot.paged else sh.optimizer_states,
+        states_step=sh.optimizer_states,
+        update_temp=sh.update_temp,
+        buffers=sh.buffers,
+        tied_transient=tied_transient,
+        weight_copies=_weight_copies(req, prec, dt, coef, where, lora_mods, in_flight),
+        lin=sum(coef.layer_lin[i] for i in where.range) * in_flight
+        + (coef.embed_lin if stage == 0 and in_flight > 1 else 0.0),
+        quad=sum(coef.layer_quad[i] for i in where.range) * in_flight,
+        head=coef.head_kept if last else 0.0,
+        fw_transient=coef.fw_transient if last else 0.0,
+        bw_transient=coef.bw_transient if last else 0.0,
+        recompute_lin=coef.recompute_lin,
+        recompute_quad=coef.recompute_quad,
+        overhead_fixed=overhead_fixed,
+    )
+    return state, sh.cpu_bytes * tp
+
+
+def _trainable_parameters(req: FinetuneRequest, arch: Architecture) -> int:
+    if req.is_lora:
+        return adapter_parameters(arch, req.lora)
+    if req.method == "freeze":
+        first = arch.num_layers - req.trainable_layer_count
+        return sum(
+            m.params_per_instance * m.per_layer * sum(1 for i in m.layers if i >= first)
+            for m in arch.linear_modules
+            if m.layers and not m.tied
+        ) + sum(
+            g.numel * g.per_layer * sum(1 for i in g.layers if i >= first)
+            for g in arch.parameter_groups
+            if g.layers and not g.is_buffer
+        )
+    return _total_parameters(arch)
+
+
+def _total_parameters(arch: Architecture) -> int:
+    return sum(m.parameters for m in arch.linear_modules) + sum(
+        g.parameters for g in arch.parameter_groups
+    )
+
+
+def _assumptions(req: FinetuneRequest, prec: str, dt: _Dtypes, paged: bool) -> list[str]:
+    from service.estimator.calibration import value
+
+    out = []
+    if req.method == "freeze" and req.trainable_layers is None:
+        out.append(f"freeze: the last {req.trainable_layer_count} decoder layers train (default)")
+    if req.is_lora:
+        targets = req.lora.target_modules
+        tgt = targets if isinstance(targets, str) else ",".join(targets)
+        out.append(
+            f"LoRA rank {req.lora.rank} on {tgt}; adapters, their gradients and optimizer "
+            f"states in fp32 (peft); frozen base stored as {dt.base_format.name}"
+        )
+    if req.quantized_base_saves_inputs and req.is_lora and dt.base_format.quantized:
+        kept = (
+            "the layer input and one copy of each tensor its quantized linears read"
+            if req.gradient_checkpointing == "full"
+            else "the input of every quantized linear"
+        )
+        out.append(
+            "bitsandbytes before 0.43.2: each quantized matmul holds its input in its autograd "
+            f"context, which checkpointing does not free either; every layer keeps {kept}"
+        )
+    if dt.deepspeed_mixed:
+        out.append(
+            "ZeRO/FSDP mixed precision: 16-bit weights and gradients on the GPU, fp32 master "
+            "copy counted with the optimizer states"
+        )
+    elif prec.endswith("-mixed") and req.method in ("full", "freeze"):
+        out.append(
+            "mixed precision: fp32 weights, gradients and optimizer states; autocast's 16-bit "
+            "weight copies counted as activations"
+        )
+    if paged:
+        out.append("paged optimizer states resident on the GPU during the optimizer step only")
+    if req.optimizer_foreach and req.optimizer in ("adam", "adamw", "rmsprop"):
+        out.append("foreach optimizer: a parameter-sized temporary during step()")
+    out.append(
+        "gradients freed between steps (zero_grad(set_to_none=True)); no gradient accumulation "
+        "buffers held across micro-batches"
+    )
+    fragmentation = value("training.fragmentation_fraction")
+    out.append(
+        f"overhead: CUDA context and cuBLAS workspace, NCCL buffers when sharded, allocator "
+        f"fragmentation {fragmentation:.0%} of the allocated peak"
+    )
+    return out
+
+
+@memoized
+def static_state(req: FinetuneRequest) -> StaticState:
+    """The static state of ``req`` (already validated; batch and sequence are ignored)."""
+    arch = req.arch
+    prec = get_precision(req.precision)
+    opt = get_optimizer(req.optimizer)
+    dt = _dtypes(req, prec)
+    pp = req.pipeline_parallel_size
+    lora_mods = lora_targets(arch, req.lora.target_modules) if req.is_lora else ()
+    stage_ids = (0, pp - 1) if pp > 1 else (0,)
+    stages = []
+    cpu_total = 0
+    for stage in stage_ids:
+        state, cpu = _stage_state(req, prec, dt, stage, lora_mods)
+        stages.append(state)
+        cpu_total += cpu
+    sharding = sharding_of(req)
+    cpu = cpu_total * (sharding.dp if req.zero_stage == 0 else 1) * (pp if pp > 1 else 1)
+    cpu //= len(stage_ids)
+    trainable = _trainable_parameters(req, arch)
+    details = (
+        ("trainable_parameters", trainable),
+        ("total_parameters", _total_parameters(arch)),
+        (
+            "weights_dtype",
+            dt.base_format.name
+            if req.is_lora
+            else prec.master
+            if not dt.deepspeed_mixed
+            else prec.compute,
+        ),
+        ("trainable_dtype", ADAPTER_DTYPE if req.is_lora else prec.master),
+        ("compute_dtype", prec.compute),
+        (
+            "gradient_dtype",
+            ADAPTER_DTYPE if req.is_lora else (prec.compute if dt.deepspeed_mixed else prec.grad),
+        ),
+        ("optimizer_state_layout", opt.description),
+        ("data_parallel_size", sharding.dp),
+    )
+    return StaticState(
+        stages=tuple(stages),
+        cpu_bytes=cpu,
+        trainable=trainable,
+        total_params=_total_parameters(arch),
+        assumptions=tuple(_assumptions(req, prec.name, dt, opt.paged)),
+        details=details,
+    )
