@@ -76,7 +76,9 @@ class EngineCommand:
     model: ModelRef | None
     options: Mapping[str, Sourced[OptionValue]]
     """Modelled options by the engine's own name (``tensor_parallel_size``, ``tp_size``),
-    each with the position of the word it was read from. Only what the command gives."""
+    each with the position of the word it was read from, and the engine's environment
+    switches (``allow_long_max_model_len`` from ``env VLLM_ALLOW_LONG_MAX_MODEL_LEN``). Only
+    what the command gives; `value` adds the defaults."""
     ignored_args: tuple[IgnoredArg, ...] = ()
     env: Mapping[str, Sourced[str]] = field(default_factory=dict)
     """Variables set for the command (container ``env``, ``VAR=x`` prefixes, ``export``)."""
@@ -94,6 +96,8 @@ class EngineCommand:
         given = self.options.get(option)
         if given is not None:
             return given
+        if any(setting.option == option for setting in self.flags.env_options):
+            return Sourced(False, "default")
         default = self.flags.option(option).default
         return None if default is None else Sourced(default, "default")
 
@@ -326,6 +330,15 @@ def parse_engine_args(
                 else f"{flag} takes {spec.expects()}",
             ) from None
     model = _model(table, options, positional, notes_out)
+    known_env = env or {}
+    for setting in table.env_options:
+        read = known_env.get(setting.variable)
+        if read is not None:
+            origin = read.source
+            where = origin if origin.startswith("env ") else f"env {setting.variable} ({origin})"
+            options[setting.option] = Sourced(
+                read.value.strip().lower() in setting.true_values, where
+            )
     return EngineCommand(
         engine=engine,
         entrypoint=entrypoint,

@@ -40,6 +40,7 @@ __all__ = [
     "VLLM_FLAGS",
     "Engine",
     "EngineFlags",
+    "EnvOption",
     "FlagKind",
     "FlagSpec",
     "OptionValue",
@@ -233,6 +234,16 @@ class FlagSpec:
 
 
 @dataclass(frozen=True)
+class EnvOption:
+    """An environment variable the engine reads as a boolean option."""
+
+    variable: str
+    option: str
+    true_values: frozenset[str]
+    """Values (stripped, lower-cased) the engine reads as true; anything else is false."""
+
+
+@dataclass(frozen=True)
 class EngineFlags:
     """One engine's flag table and the facts about its parser that a reader needs."""
 
@@ -245,6 +256,8 @@ class EngineFlags:
     switches: frozenset[str] = field(default_factory=frozenset)
     underscores_as_dashes: bool = False
     """vLLM's parser reads ``--max_model_len`` as ``--max-model-len``; SGLang's does not."""
+    env_options: tuple[EnvOption, ...] = ()
+    """Variables that change how the engine judges its options (all default to false)."""
 
     @cached_property
     def _by_spelling(self) -> dict[str, FlagSpec]:
@@ -321,6 +334,13 @@ VLLM_FLAGS = EngineFlags(
         "data": "data_parallel_size",
     },
     underscores_as_dashes=True,
+    # vllm/envs.py: a max_model_len above the model's derived maximum is refused unless
+    # VLLM_ALLOW_LONG_MAX_MODEL_LEN is "1" or "true".
+    env_options=(
+        EnvOption(
+            "VLLM_ALLOW_LONG_MAX_MODEL_LEN", "allow_long_max_model_len", frozenset({"1", "true"})
+        ),
+    ),
     flags=(
         _str("model", "--model"),
         FlagSpec("served_model_name", ("--served-model-name",), "str_list"),
@@ -406,6 +426,14 @@ SGLANG_FLAGS = EngineFlags(
     engine="sglang",
     model_option="model_path",
     layout={"tensor": "tp_size", "pipeline": "pp_size", "data": "dp_size"},
+    # sglang/srt/environ.py: EnvBool, true for "true", "1", "yes", "y".
+    env_options=(
+        EnvOption(
+            "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN",
+            "allow_overwrite_longer_context_len",
+            frozenset({"true", "1", "yes", "y"}),
+        ),
+    ),
     flags=(
         _str("model_path", "--model-path", "--model"),
         _str("served_model_name", "--served-model-name"),

@@ -225,7 +225,8 @@ def _words(
     return out
 
 
-_VLLM_IMAGE = re.compile(r"(^|/)vllm[-/]openai|(^|/)vllm(-[a-z0-9]+)?:|/vllm$", re.IGNORECASE)
+# vLLM's published images (vllm/vllm-openai, rocm/vllm, …-vllm-cuda-…): args alone run vLLM.
+_VLLM_IMAGE = re.compile(r"(^|/)vllm[-/]openai|(^|/)vllm(-[a-z0-9]+)*(:|@|$)", re.IGNORECASE)
 
 
 @dataclass(frozen=True)

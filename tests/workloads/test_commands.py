@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from service.workloads.commands import format_engine_args, parse_command
-from service.workloads.sources import WorkloadError
+from service.workloads.sources import Sourced, WorkloadError
 
 
 def test_vllm_serve_with_positional_model_and_both_flag_styles() -> None:
@@ -326,3 +326,27 @@ def test_format_engine_args_writes_what_the_engine_reads() -> None:
         format_engine_args("vllm", {"tensor_parallel_size": True})
     with pytest.raises(KeyError):
         format_engine_args("vllm", {"tp_size": 2})
+
+
+def test_engine_environment_switches_are_read_with_their_source() -> None:
+    cmd = parse_command("VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 vllm serve org/m --max-model-len 200k")
+    allow = cmd.options["allow_long_max_model_len"]
+    assert allow.value is True
+    assert allow.source == "env VLLM_ALLOW_LONG_MAX_MODEL_LEN (command word 0)"
+    assert parse_command("vllm serve org/m").value("allow_long_max_model_len") == Sourced(
+        False, "default"
+    )
+    # SGLang's EnvBool reads "yes" as true; vLLM's reader only "1" and "true".
+    cmd = parse_command(
+        "python -m sglang.launch_server --model-path m",
+        env={
+            "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "yes",
+            "VLLM_ALLOW_LONG_MAX_MODEL_LEN": "yes",
+        },
+    )
+    assert cmd.options["allow_overwrite_longer_context_len"] == Sourced(
+        True, "env SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"
+    )
+    assert "allow_long_max_model_len" not in cmd.options
+    cmd = parse_command("vllm serve org/m", env={"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "yes"})
+    assert cmd.options["allow_long_max_model_len"].value is False
