@@ -33,6 +33,8 @@ _TITLES: dict[int, tuple[str, str]] = {
     422: ("/problems/validation-error", "Request cannot be estimated"),
     500: ("/problems/internal-error", "Internal server error"),
 }
+# A 422 whose every error lies in the query string or path is a bad query, not a bad estimate.
+_INVALID_QUERY = ("/problems/invalid-query", "Invalid query parameters")
 
 
 class FieldError(BaseModel):
@@ -80,9 +82,11 @@ def problem_body(
     errors: Sequence[dict[str, str]] | None = None,
     instance: str | None = None,
     request_id: str | None = None,
+    kind: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The JSON body of a problem document (also used for items of a batch)."""
-    type_, title = _TITLES.get(status, ("about:blank", "Error"))
+    """The JSON body of a problem document (also used for items of a batch); `kind` overrides
+    the status's (type, title)."""
+    type_, title = kind or _TITLES.get(status, ("about:blank", "Error"))
     body: dict[str, Any] = {"type": type_, "title": title, "status": status, "detail": detail}
     if instance is not None:
         body["instance"] = instance
@@ -152,7 +156,11 @@ async def _on_validation_error(request: Request, exc: Exception) -> JSONResponse
             "send one JSON object.",
         )
     errors = validation_errors(raw)
-    return problem_response(request, 422, summarize(errors), errors=errors)
+    in_query = bool(raw) and all(
+        tuple(e.get("loc", ()))[:1] in (("query",), ("path",)) for e in raw
+    )
+    kind = _INVALID_QUERY if in_query else None
+    return problem_response(request, 422, summarize(errors), errors=errors, kind=kind)
 
 
 async def _on_http_error(request: Request, exc: Exception) -> JSONResponse:

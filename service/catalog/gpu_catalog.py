@@ -1,20 +1,34 @@
-"""The GPU catalog: accelerators, their driver-reported memory and their MIG profiles.
+"""The GPU catalog: accelerators, their driver-reported memory, their capabilities, MIG profiles.
 
-Data lives in ``gpus.toml`` next to this module (one source of truth for a GPU's memory); this
-module validates it once at start-up and answers lookups in O(1). The memory figure of a record is
-what the driver reports as total: ``nvidia-smi`` / ``hl-smi`` print MiB (``memory_mib``, turned
-into bytes as MiB x 2^20), ``rocm-smi`` prints bytes (``memory_bytes``). The Kubernetes label is
-the value NVIDIA GPU Feature Discovery sets for ``nvidia.com/gpu.product``: the NVML device name
-with characters outside ``[A-Za-z0-9-_. ]`` dropped and spaces turned into ``-``; with the MIG
-``single`` strategy GFD appends ``-MIG-<profile>``. Field meanings and sources: docs/gpus.md.
+Data lives in ``gpus.toml`` next to this module (one source of truth for a GPU's facts); this
+module validates it once at start-up and answers lookups in O(1).
+
+Two memory totals per GPU:
+
+* ``memory_bytes``: the total the driver reports to management tools. ``nvidia-smi`` and
+  ``hl-smi`` print MiB (``memory_mib``, turned into bytes as MiB x 2^20), ``rocm-smi`` prints
+  bytes. This is the figure of the HTTP contract and of GPU Feature Discovery's
+  ``nvidia.com/gpu.memory`` label.
+* ``cuda_total_bytes``: the total the runtime reports to a process (``cudaMemGetInfo``'s total,
+  what ``torch.cuda.mem_get_info()`` returns and vLLM budgets ``gpu_memory_utilization`` from).
+  It is smaller: the driver keeps back what ``nvidia-smi -q`` lists as "Reserved". Where no
+  reading exists the loader derives it with :func:`derived_cuda_total` and says so.
+
+GPU naming follows NVIDIA GPU Feature Discovery: ``nvidia.com/gpu.product`` is the NVML device
+name with characters outside ``[A-Za-z0-9-_. ]`` dropped and spaces turned into ``-``; with the
+MIG ``single`` strategy GFD appends ``-MIG-<profile>``, and with time-slicing or MPS sharing it
+appends ``-SHARED``. :meth:`GpuCatalog.resolve` accepts all of these. Field meanings and
+sources: docs/gpus.md.
 """
 
 from __future__ import annotations
 
 import difflib
+import math
 import re
 import tomllib
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -26,26 +40,85 @@ from pydantic import (
     StrictBool,
     StrictInt,
     ValidationError,
+    computed_field,
     model_validator,
 )
 
-from service.estimator.errors import NotFound
+from service.estimator.errors import InvalidRequest, NotFound
 
 __all__ = [
+    "AdHocGpu",
     "CatalogError",
     "Gpu",
     "GpuCatalog",
+    "GpuMatch",
+    "MatchedBy",
     "MigProfile",
+    "derived_cuda_total",
+    "gfd_product_label",
     "load_gpu_catalog",
 ]
 
 MIB = 2**20
+GIB = 2**30
 VENDORS = ("nvidia", "amd", "intel")
+
+# The largest GPU memory an ad-hoc request may describe (1 PiB): far above any accelerator, low
+# enough that every figure derived from it stays an exact integer.
+MAX_MEMORY_BYTES = 2**50
+
+Vendor = Literal["nvidia", "amd", "intel"]
+Architecture = Literal[
+    "volta",
+    "turing",
+    "ampere",
+    "ada",
+    "hopper",
+    "blackwell",
+    "cdna2",
+    "cdna3",
+    "cdna4",
+    "rdna3",
+    "gaudi2",
+    "gaudi3",
+]
+MatchedBy = Literal["id", "alias", "k8s_product_label", "nvml_name"]
+
+_ARCH_VENDOR: dict[str, str] = {
+    "volta": "nvidia",
+    "turing": "nvidia",
+    "ampere": "nvidia",
+    "ada": "nvidia",
+    "hopper": "nvidia",
+    "blackwell": "nvidia",
+    "cdna2": "amd",
+    "cdna3": "amd",
+    "cdna4": "amd",
+    "rdna3": "amd",
+    "gaudi2": "intel",
+    "gaudi3": "intel",
+}
 
 _SLUG = r"^[a-z0-9][a-z0-9._-]*$"
 _MIG_NAME = r"^[1-9]g\.[1-9][0-9]*gb(\+[a-z][a-z.]*)?$"
 _MIG_LABEL = re.compile(r"^(?P<parent>.+)-MIG-(?P<profile>[^-]+)$", re.IGNORECASE)
+_SHARED_SUFFIX = "-shared"
 _GFD_DROPPED = re.compile(r"[^A-Za-z0-9\-_. ]")
+_COMPUTE_CAPABILITY = r"^[0-9]{1,2}\.[0-9]$"
+_GFX_TARGET = r"^gfx[0-9a-f]{3,4}$"
+
+# The derivation rule for a CUDA total nobody has read: hold back the larger of 1 GiB and 1 % of
+# the driver total. Every reading in gpus.toml holds back less (the most is 881 MiB, an A100
+# 80GB), so the rule errs towards a smaller budget; tests/catalog checks that it stays so. The
+# reserve is capped at a quarter of the total only so that toy devices (test catalogs) keep a
+# positive total; no real accelerator comes near the cap.
+DERIVED_RESERVE_FLOOR_BYTES = GIB
+DERIVED_RESERVE_FRACTION = 0.01
+DERIVED_RESERVE_CAP_FRACTION = 4
+DERIVED_CUDA_TOTAL_SOURCE = (
+    "not measured: derived as the driver total less max(1 GiB, 1% of it), a bound above every "
+    "driver reserve read in this catalog (docs/gpus.md)"
+)
 
 
 class CatalogError(Exception):
@@ -55,6 +128,12 @@ class CatalogError(Exception):
 def gfd_product_label(nvml_name: str) -> str:
     """The ``nvidia.com/gpu.product`` value GPU Feature Discovery derives from an NVML name."""
     return _GFD_DROPPED.sub("", nvml_name).replace(" ", "-")
+
+
+def derived_cuda_total(memory_bytes: int) -> int:
+    """The CUDA-visible total assumed for a GPU whose runtime total was never read."""
+    reserve = max(DERIVED_RESERVE_FLOOR_BYTES, math.ceil(memory_bytes * DERIVED_RESERVE_FRACTION))
+    return memory_bytes - min(reserve, memory_bytes // DERIVED_RESERVE_CAP_FRACTION)
 
 
 def _memory_from_mib(data: Any) -> Any:
@@ -69,6 +148,58 @@ def _memory_from_mib(data: Any) -> Any:
     if isinstance(mib, bool) or not isinstance(mib, int) or mib <= 0:
         raise ValueError(f"memory_mib must be a positive integer, got {mib!r}")
     return {**data, "memory_bytes": mib * MIB}
+
+
+_CUDA_INPUTS = ("cuda_total_bytes", "cuda_total_gib", "driver_reserved_mib")
+
+
+def _cuda_total_from_inputs(data: Any) -> Any:
+    """Fill ``cuda_total_bytes``, ``cuda_total_measured`` and ``cuda_total_source``.
+
+    A record gives at most one of: ``cuda_total_bytes`` (an exact reading), ``cuda_total_gib``
+    (as vLLM and PyTorch print it, two decimals), ``driver_reserved_mib`` (``nvidia-smi -q``'s
+    "Reserved", subtracted from the driver total). A reading is measured; the reserve and the
+    fallback rule are derivations.
+    """
+    if not isinstance(data, dict):
+        return data
+    given = [key for key in _CUDA_INPUTS if key in data]
+    if len(given) > 1:
+        raise ValueError(f"give at most one of {', '.join(_CUDA_INPUTS)} (got {given})")
+    out = {
+        key: value
+        for key, value in data.items()
+        if key not in ("cuda_total_gib", "driver_reserved_mib")
+    }
+    memory = data.get("memory_bytes")
+    if not given:
+        if "cuda_total_source" in data or "cuda_total_measured" in data:
+            raise ValueError("cuda_total_source/cuda_total_measured need a cuda_total value")
+        if isinstance(memory, int) and not isinstance(memory, bool) and memory > 0:
+            out["cuda_total_bytes"] = derived_cuda_total(memory)
+        out["cuda_total_measured"] = False
+        out["cuda_total_source"] = DERIVED_CUDA_TOTAL_SOURCE
+        return out
+    if "cuda_total_source" not in data:
+        raise ValueError(f"{given[0]} needs a cuda_total_source naming where it comes from")
+    key = given[0]
+    value = data[key]
+    if key == "cuda_total_gib":
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            raise ValueError(f"cuda_total_gib must be a positive number, got {value!r}")
+        out["cuda_total_bytes"] = round(value * GIB)
+        out.setdefault("cuda_total_measured", True)
+    elif key == "driver_reserved_mib":
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"driver_reserved_mib must be a non-negative integer, got {value!r}")
+        if data.get("cuda_total_measured") is True:
+            raise ValueError("a total derived from driver_reserved_mib is not a measurement")
+        if isinstance(memory, int) and not isinstance(memory, bool):
+            out["cuda_total_bytes"] = memory - value * MIB
+        out["cuda_total_measured"] = False
+    else:
+        out.setdefault("cuda_total_measured", True)
+    return out
 
 
 class MigProfile(BaseModel):
@@ -88,6 +219,16 @@ class MigProfile(BaseModel):
             data = {k: v for k, v in data.items() if k != "memory_mib"}
         return data
 
+    @computed_field(  # type: ignore[prop-decorator]
+        description=(
+            "the total a process on one instance sees through CUDA, bytes: the profile memory, "
+            "since the driver reserves nothing inside a MIG instance (derived, not measured)"
+        )
+    )
+    @property
+    def cuda_total_bytes(self) -> int:
+        return self.memory_bytes
+
 
 class Gpu(BaseModel):
     """One accelerator as a scheduler sees it (the API's GPU record plus provenance)."""
@@ -97,7 +238,7 @@ class Gpu(BaseModel):
     id: str = Field(pattern=_SLUG, description="lowercase slug, e.g. h100-sxm-80gb")
     aliases: tuple[str, ...] = Field(default=(), description="other ids that resolve here")
     name: str = Field(min_length=1)
-    vendor: Literal["nvidia", "amd", "intel"]
+    vendor: Vendor
     memory_bytes: StrictInt = Field(gt=0, description="driver-reported total memory, bytes")
     memory_mib: StrictInt | None = Field(
         default=None, gt=0, description="the driver's MiB figure when it reports MiB"
@@ -106,6 +247,17 @@ class Gpu(BaseModel):
         default=True, description="false when no driver reading was found (see memory_source)"
     )
     memory_source: str | None = None
+    cuda_total_bytes: StrictInt = Field(
+        gt=0,
+        description=(
+            "total memory the runtime reports to a process (cudaMemGetInfo; what vLLM calls "
+            "total GPU memory), bytes; less than memory_bytes by the driver's reserve"
+        ),
+    )
+    cuda_total_measured: StrictBool = Field(
+        description="true when cuda_total_bytes was read on this GPU, false when derived"
+    )
+    cuda_total_source: str = Field(min_length=1, description="where cuda_total_bytes comes from")
     marketed_memory_gb: float = Field(gt=0, description="vendor figure, GB = 10^9 bytes")
     memory_bandwidth_gbps: float = Field(gt=0, description="peak memory bandwidth, GB/s")
     bf16_tflops: float | None = Field(
@@ -114,7 +266,34 @@ class Gpu(BaseModel):
     fp16_tflops: float | None = Field(
         default=None, gt=0, description="dense FP16 tensor TFLOPS, given where BF16 is absent"
     )
+    architecture: Architecture | None = Field(
+        default=None, description="architecture family, e.g. hopper, cdna3; null if unknown"
+    )
+    compute_capability: str | None = Field(
+        default=None,
+        pattern=_COMPUTE_CAPABILITY,
+        description=(
+            "NVIDIA compute capability 'major.minor' as GPU Feature Discovery labels it "
+            "(nvidia.com/gpu.compute.major / minor); null for AMD and Intel"
+        ),
+    )
+    gfx_target: str | None = Field(
+        default=None,
+        pattern=_GFX_TARGET,
+        description="AMD LLVM target (gfx942 for MI300X); null for NVIDIA and Intel",
+    )
+    bf16: StrictBool = Field(
+        description="hardware BF16 tensor support (defaults to whether bf16_tflops is given)"
+    )
     fp8: StrictBool = Field(description="hardware FP8 tensor support")
+    fp8_format: Literal["ocp", "fnuz"] | None = Field(
+        default=None,
+        description=(
+            "the FP8 encoding the tensor units take: 'ocp' (float8_e4m3fn) or 'fnuz' "
+            "(float8_e4m3fnuz, AMD gfx94x); null without FP8 or where not sourced"
+        ),
+    )
+    fp4: StrictBool = Field(default=False, description="hardware FP4 tensor support")
     nvml_name: str | None = Field(default=None, min_length=1)
     k8s_product_label: str | None = Field(default=None, min_length=1)
     mig_profiles: tuple[MigProfile, ...] = ()
@@ -124,8 +303,11 @@ class Gpu(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _mib_to_bytes(cls, data: Any) -> Any:
-        return _memory_from_mib(data)
+    def _derive_fields(cls, data: Any) -> Any:
+        data = _cuda_total_from_inputs(_memory_from_mib(data))
+        if isinstance(data, dict) and "bf16" not in data:
+            data = {**data, "bf16": data.get("bf16_tflops") is not None}
+        return data
 
     @model_validator(mode="after")
     def _consistent(self) -> Gpu:
@@ -134,8 +316,33 @@ class Gpu(BaseModel):
                 raise ValueError(f"alias {alias!r} is not a lowercase slug")
         if self.memory_mib is not None and self.memory_bytes != self.memory_mib * MIB:
             raise ValueError("memory_bytes disagrees with memory_mib")
+        if self.cuda_total_bytes > self.memory_bytes:
+            raise ValueError(
+                f"cuda_total_bytes {self.cuda_total_bytes} exceeds the driver total "
+                f"{self.memory_bytes}; the runtime never sees more than the driver reports"
+            )
         if self.bf16_tflops is None and self.fp16_tflops is None:
             raise ValueError("give bf16_tflops, or fp16_tflops for a GPU without BF16")
+        if self.bf16 != (self.bf16_tflops is not None):
+            raise ValueError("bf16 must be true exactly when bf16_tflops is given")
+        if self.fp8_format is not None and not self.fp8:
+            raise ValueError("fp8_format is given but fp8 is false")
+        self._check_vendor_facts()
+        self._check_label()
+        self._check_mig()
+        return self
+
+    def _check_vendor_facts(self) -> None:
+        # Capability facts are optional (null = unknown) so that an operator's own catalog file
+        # keeps loading; the shipped catalog is checked for completeness by its tests.
+        if self.architecture is not None and _ARCH_VENDOR[self.architecture] != self.vendor:
+            raise ValueError(f"architecture {self.architecture!r} is not a {self.vendor} family")
+        if self.vendor != "nvidia" and self.compute_capability is not None:
+            raise ValueError("compute_capability is an NVIDIA notion; leave it out")
+        if self.vendor != "amd" and self.gfx_target is not None:
+            raise ValueError("gfx_target is an AMD notion; leave it out")
+
+    def _check_label(self) -> None:
         if self.nvml_name is not None and self.k8s_product_label is not None:
             expected = gfd_product_label(self.nvml_name)
             if self.k8s_product_label != expected:
@@ -143,6 +350,8 @@ class Gpu(BaseModel):
                     f"k8s_product_label {self.k8s_product_label!r} does not follow the GFD rule "
                     f"for nvml_name {self.nvml_name!r} (expected {expected!r})"
                 )
+
+    def _check_mig(self) -> None:
         seen: set[str] = set()
         for profile in self.mig_profiles:
             if profile.name in seen:
@@ -153,9 +362,13 @@ class Gpu(BaseModel):
                     f"MIG profile {profile.name!r} has {profile.memory_bytes} bytes, more than "
                     f"the GPU's {self.memory_bytes}"
                 )
+            if profile.memory_bytes * profile.max_instances > self.memory_bytes:
+                raise ValueError(
+                    f"MIG profile {profile.name!r}: {profile.max_instances} instances of "
+                    f"{profile.memory_bytes} bytes exceed the GPU's {self.memory_bytes}"
+                )
         if self.mig_profiles and self.mig_source is None:
             raise ValueError("mig_profiles need a mig_source naming where the figures come from")
-        return self
 
     def mig_profile(self, name: str) -> MigProfile | None:
         """The MIG profile of that name (case-insensitive), or None."""
@@ -163,13 +376,121 @@ class Gpu(BaseModel):
         return next((p for p in self.mig_profiles if p.name == wanted), None)
 
 
+@dataclass(frozen=True, slots=True)
+class GpuMatch:
+    """What a GPU reference resolved to, and how.
+
+    ``mig_profile`` is set when the reference named one MIG slice (``id/profile`` or a GFD
+    ``-MIG-<profile>`` label): a process then sees that slice, not the whole GPU. ``shared`` is
+    true for a GFD ``-SHARED`` label (time-slicing or MPS replicas): several pods share the
+    memory. Unpacks as ``gpu, mig_profile`` for callers written against the old tuple.
+    """
+
+    gpu: Gpu
+    mig_profile: MigProfile | None
+    shared: bool
+    matched_by: MatchedBy
+    ref: str
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter((self.gpu, self.mig_profile))
+
+    @property
+    def target_id(self) -> str:
+        """``id`` or ``id/profile``: the canonical spelling of what was matched."""
+        if self.mig_profile is None:
+            return self.gpu.id
+        return f"{self.gpu.id}/{self.mig_profile.name}"
+
+    @property
+    def display_name(self) -> str:
+        if self.mig_profile is None:
+            return self.gpu.name
+        return f"{self.gpu.name} MIG {self.mig_profile.name}"
+
+    @property
+    def memory_bytes(self) -> int:
+        """The driver total of what a process gets: the MIG slice, or the whole GPU."""
+        if self.mig_profile is not None:
+            return self.mig_profile.memory_bytes
+        return self.gpu.memory_bytes
+
+    @property
+    def cuda_total_bytes(self) -> int:
+        """The runtime-visible total of what a process gets (what an engine budgets from)."""
+        if self.mig_profile is not None:
+            return self.mig_profile.cuda_total_bytes
+        return self.gpu.cuda_total_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class AdHocGpu:
+    """A GPU outside the catalog, known only by the memory its driver reports.
+
+    A scheduler that holds only node labels can pass GFD's ``nvidia.com/gpu.memory`` (MiB) as
+    ``memory_bytes = MiB x 2^20``. Nothing else is known: no capabilities, no MIG profiles. The
+    CUDA total follows the same derivation rule as unmeasured catalog records.
+    """
+
+    memory_bytes: int
+    product_label: str | None = None
+
+    def __post_init__(self) -> None:
+        memory = self.memory_bytes
+        if isinstance(memory, bool) or not isinstance(memory, int):
+            raise InvalidRequest(
+                f"gpu_memory_bytes must be an integer number of bytes, got {memory!r}",
+                field="gpu_memory_bytes",
+            )
+        if not MIB <= memory <= MAX_MEMORY_BYTES:
+            raise InvalidRequest(
+                f"gpu_memory_bytes must be between {MIB} (1 MiB) and {MAX_MEMORY_BYTES} bytes, "
+                f"got {memory}; give the driver's total, e.g. nvidia.com/gpu.memory MiB x 2^20",
+                field="gpu_memory_bytes",
+            )
+        label = self.product_label
+        if label is not None and (not isinstance(label, str) or not 0 < len(label.strip()) <= 200):
+            raise InvalidRequest(
+                "the product label must be a non-empty string of at most 200 characters",
+                field="gpu",
+            )
+
+    @classmethod
+    def from_memory_mib(cls, memory_mib: int, product_label: str | None = None) -> AdHocGpu:
+        """From GFD's ``nvidia.com/gpu.memory`` label or an ``nvidia-smi`` total (MiB)."""
+        if isinstance(memory_mib, bool) or not isinstance(memory_mib, int):
+            raise InvalidRequest(
+                f"the memory must be an integer number of MiB, got {memory_mib!r}",
+                field="gpu_memory_bytes",
+            )
+        return cls(memory_mib * MIB, product_label)
+
+    @property
+    def target_id(self) -> str:
+        return f"custom-{self.memory_bytes}"
+
+    @property
+    def display_name(self) -> str:
+        size = f"{self.memory_bytes / GIB:.2f} GiB"
+        return f"{self.product_label.strip()} ({size})" if self.product_label else f"GPU ({size})"
+
+    @property
+    def cuda_total_bytes(self) -> int:
+        return derived_cuda_total(self.memory_bytes)
+
+    @property
+    def cuda_total_measured(self) -> bool:
+        return False
+
+
 class GpuCatalog:
-    """Validated GPUs with O(1) lookup by id, alias and Kubernetes label."""
+    """Validated GPUs with O(1) lookup by id, alias, Kubernetes label and NVML name."""
 
     def __init__(self, gpus: Iterable[Gpu]) -> None:
         self._gpus = tuple(gpus)
         self._by_key: dict[str, Gpu] = {}
         self._by_label: dict[str, Gpu] = {}
+        self._by_nvml: dict[str, Gpu] = {}
         for gpu in self._gpus:
             for key in (gpu.id, *gpu.aliases):
                 folded = key.lower()
@@ -188,6 +509,10 @@ class GpuCatalog:
                         f"{other.id!r} and {gpu.id!r}"
                     )
                 self._by_label[folded] = gpu
+                # A name maps where its label maps; records that share an NVML name with a
+                # labelled one (a 12 GB variant of a 10 GB card) are reached by id only.
+                if gpu.nvml_name is not None:
+                    self._by_nvml[gpu.nvml_name.lower()] = gpu
 
     def __len__(self) -> int:
         return len(self._gpus)
@@ -209,23 +534,30 @@ class GpuCatalog:
             raise NotFound(self._unknown_detail(gpu_id), field="gpu")
         return gpu
 
-    def resolve(self, ref: str) -> tuple[Gpu, MigProfile | None]:
-        """Resolve ``id`` or ``id/mig-profile`` (e.g. ``h100-sxm-80gb/1g.10gb``)."""
-        gpu_ref, sep, profile_ref = ref.strip().partition("/")
-        gpu = self.get(gpu_ref)
-        if not sep:
-            return gpu, None
-        profile = gpu.mig_profile(profile_ref)
-        if profile is None:
-            if gpu.mig_profiles:
-                known = ", ".join(p.name for p in gpu.mig_profiles)
-                detail = (
-                    f"GPU {gpu.id!r} has no MIG profile {profile_ref!r}; its profiles are: {known}"
-                )
-            else:
-                detail = f"GPU {gpu.id!r} has no MIG profiles in the catalog"
-            raise NotFound(detail, field="gpu")
-        return gpu, profile
+    def resolve(self, ref: str) -> GpuMatch:
+        """Resolve any way a scheduler names a GPU.
+
+        Accepted, case-insensitively: a catalog id or alias (``h100``), ``id/mig-profile``
+        (``h100/1g.10gb``), a GFD ``nvidia.com/gpu.product`` value (``NVIDIA-H100-80GB-HBM3``),
+        its MIG single-strategy form (``NVIDIA-H100-80GB-HBM3-MIG-1g.10gb``), either with GFD's
+        ``-SHARED`` suffix, and the NVML device name (``NVIDIA H100 80GB HBM3``). A MIG profile
+        the GPU does not have is NotFound naming the profiles it has; it never falls back to
+        the whole GPU.
+        """
+        text = ref.strip()
+        gpu_ref, slash, profile_ref = text.partition("/")
+        if slash:
+            gpu = self.get(gpu_ref)
+            matched_by: MatchedBy = "id" if gpu.id == gpu_ref.strip().lower() else "alias"
+            return GpuMatch(gpu, self._profile(gpu, profile_ref, text), False, matched_by, ref)
+        folded = text.lower()
+        by_key = self._by_key.get(folded)
+        if by_key is not None:
+            return GpuMatch(by_key, None, False, "id" if by_key.id == folded else "alias", ref)
+        match = self._match_label(text, ref)
+        if match is None:
+            raise NotFound(self._unknown_detail(text), field="gpu")
+        return match
 
     def filter(
         self,
@@ -235,12 +567,13 @@ class GpuCatalog:
     ) -> tuple[Gpu, ...]:
         """GPUs matching every given criterion, in catalog order.
 
-        ``k8s_product_label`` matches case-insensitively; a MIG label
-        (``NVIDIA-H100-80GB-HBM3-MIG-1g.10gb``) finds its parent GPU.
+        ``k8s_product_label`` matches case-insensitively, in any form :meth:`resolve` accepts
+        for labels; a label naming no catalog GPU matches nothing, and a MIG label with a
+        profile the GPU lacks is NotFound.
         """
         if k8s_product_label is not None:
-            gpu = self._gpu_for_label(k8s_product_label)
-            candidates: tuple[Gpu, ...] = (gpu,) if gpu is not None else ()
+            match = self.match_label(k8s_product_label)
+            candidates: tuple[Gpu, ...] = (match.gpu,) if match is not None else ()
         else:
             candidates = self._gpus
         wanted_vendor = vendor.strip().lower() if vendor is not None else None
@@ -251,22 +584,53 @@ class GpuCatalog:
             and (min_memory_bytes is None or gpu.memory_bytes >= min_memory_bytes)
         )
 
-    def _gpu_for_label(self, label: str) -> Gpu | None:
-        folded = label.strip().lower()
+    def match_label(self, label: str) -> GpuMatch | None:
+        """Resolve a GFD product label (or NVML name); None when it names no catalog GPU."""
+        return self._match_label(label.strip(), label)
+
+    def _match_label(self, text: str, ref: str) -> GpuMatch | None:
+        shared = text.lower().endswith(_SHARED_SUFFIX)
+        base = text[: -len(_SHARED_SUFFIX)] if shared else text
+        folded = base.lower()
         gpu = self._by_label.get(folded)
         if gpu is not None:
-            return gpu
-        match = _MIG_LABEL.match(label.strip())
-        if match is None:
+            return GpuMatch(gpu, None, shared, "k8s_product_label", ref)
+        gpu = self._by_nvml.get(folded)
+        if gpu is not None:
+            return GpuMatch(gpu, None, shared, "nvml_name", ref)
+        mig = _MIG_LABEL.match(base)
+        if mig is None:
             return None
-        return self._by_label.get(match["parent"].lower())
+        gpu = self._by_label.get(mig["parent"].lower())
+        if gpu is None:
+            return None
+        profile = self._profile(gpu, mig["profile"], text)
+        return GpuMatch(gpu, profile, shared, "k8s_product_label", ref)
+
+    @staticmethod
+    def _profile(gpu: Gpu, profile_ref: str, ref: str) -> MigProfile:
+        profile = gpu.mig_profile(profile_ref)
+        if profile is not None:
+            return profile
+        if gpu.mig_profiles:
+            known = ", ".join(p.name for p in gpu.mig_profiles)
+            detail = (
+                f"{ref!r}: GPU {gpu.id!r} has no MIG profile {profile_ref.strip()!r}; "
+                f"its profiles are: {known}"
+            )
+        else:
+            detail = f"{ref!r}: GPU {gpu.id!r} has no MIG profiles in the catalog"
+        raise NotFound(detail, field="gpu")
 
     def _unknown_detail(self, gpu_id: str) -> str:
         close = difflib.get_close_matches(gpu_id.strip().lower(), self._by_key, n=5, cutoff=0.5)
         # Report canonical ids, not the aliases that happened to match.
         suggestions = list(dict.fromkeys(self._by_key[key].id for key in close))
         hint = f"; did you mean {', '.join(suggestions)}?" if suggestions else ""
-        return f"unknown GPU id {gpu_id!r}{hint} (GET /v1/gpus lists every id)"
+        return (
+            f"unknown GPU {gpu_id!r}{hint} (GET /v1/gpus lists every id and "
+            "k8s_product_label; a GPU outside the catalog can be given by its memory)"
+        )
 
 
 def _record_label(index: int, record: Any) -> str:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 from fastapi.testclient import TestClient
 
 
 def test_gpu_list_has_the_fixed_fields(client: TestClient) -> None:
     gpus = client.get("/v1/gpus").json()["gpus"]
-    assert len(gpus) >= 25
+    assert len(gpus) >= 50
     for gpu in gpus:
         for field in (
             "id",
@@ -20,8 +21,26 @@ def test_gpu_list_has_the_fixed_fields(client: TestClient) -> None:
             "fp8",
             "k8s_product_label",
             "mig_profiles",
+            # added: the runtime-visible total and the capability facts
+            "cuda_total_bytes",
+            "cuda_total_measured",
+            "cuda_total_source",
+            "architecture",
+            "compute_capability",
+            "bf16",
+            "fp4",
         ):
             assert field in gpu, (gpu["id"], field)
+
+
+def test_gpu_record_carries_both_totals(client: TestClient) -> None:
+    h100 = client.get("/v1/gpus/h100").json()
+    assert h100["memory_bytes"] == 81559 * 2**20  # nvidia-smi
+    assert h100["cuda_total_bytes"] == round(79.19 * 2**30)  # vLLM's total_gib 79.19
+    assert h100["cuda_total_measured"] is True
+    assert h100["compute_capability"] == "9.0"
+    profile = h100["mig_profiles"][0]
+    assert profile["cuda_total_bytes"] == profile["memory_bytes"]
 
 
 def test_gpu_filters(client: TestClient) -> None:
@@ -31,15 +50,73 @@ def test_gpu_filters(client: TestClient) -> None:
     assert big and all(g["memory_bytes"] >= 100 * 2**30 for g in big)
     by_label = client.get("/v1/gpus", params={"k8s_product_label": "NVIDIA-H100-80GB-HBM3"})
     assert [g["id"] for g in by_label.json()["gpus"]] == ["h100-sxm-80gb"]
-    mig = client.get("/v1/gpus", params={"k8s_product_label": "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"})
-    assert [g["id"] for g in mig.json()["gpus"]] == ["h100-sxm-80gb"]
+    assert by_label.json()["match"] == {
+        "gpu_id": "h100-sxm-80gb",
+        "matched_by": "k8s_product_label",
+        "mig_profile": None,
+        "shared": False,
+    }
+    assert client.get("/v1/gpus").json()["match"] is None
+
+
+def test_gpu_filter_by_mig_label_says_which_profile(client: TestClient) -> None:
+    body = client.get(
+        "/v1/gpus", params={"k8s_product_label": "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb"}
+    ).json()
+    assert [g["id"] for g in body["gpus"]] == ["a100-sxm4-80gb"]  # the fixed shape is kept
+    profile = body["match"]["mig_profile"]
+    assert profile["name"] == "1g.10gb"
+    assert profile["max_instances"] == 7  # MIG user guide, A100 80GB
+    assert profile["memory_bytes"] == 9728 * 2**20  # nvidia-smi mig -lgip: 9.50 GiB
+
+
+def test_gpu_filter_by_shared_label(client: TestClient) -> None:
+    body = client.get("/v1/gpus", params={"k8s_product_label": "NVIDIA-L4-SHARED"}).json()
+    assert [g["id"] for g in body["gpus"]] == ["l4"]
+    assert body["match"]["shared"] is True
+
+
+def test_gpu_filter_rejects_an_unknown_mig_profile(client: TestClient) -> None:
+    response = client.get(
+        "/v1/gpus", params={"k8s_product_label": "NVIDIA-H100-80GB-HBM3-MIG-9g.99gb"}
+    )
+    assert response.status_code == 422
+    body = response.json()
+    assert body["title"] == "Invalid query parameters"
+    assert body["errors"][0]["field"] == "k8s_product_label"
+    for valid in ("1g.10gb", "2g.20gb", "3g.40gb", "7g.80gb"):
+        assert valid in body["detail"]
 
 
 def test_gpu_filter_rejects_bad_values(client: TestClient) -> None:
     response = client.get("/v1/gpus", params={"vendor": "acme"})
     assert response.status_code == 422
-    assert response.json()["errors"][0]["field"] == "vendor"
+    body = response.json()
+    assert body["errors"][0]["field"] == "vendor"
+    # A bad query, not a request that "cannot be estimated".
+    assert body["title"] == "Invalid query parameters"
+    assert "nvidia" in body["detail"]
     assert client.get("/v1/gpus", params={"min_memory_bytes": "-1"}).status_code == 422
+
+
+@pytest.mark.parametrize("vendor", ["NVIDIA", "Nvidia", "nvidia"])
+def test_vendor_is_case_insensitive(client: TestClient, vendor: str) -> None:
+    response = client.get("/v1/gpus", params={"vendor": vendor})
+    assert response.status_code == 200
+    gpus = response.json()["gpus"]
+    assert gpus and all(g["vendor"] == "nvidia" for g in gpus)
+
+
+def test_unknown_query_parameter_is_named(client: TestClient) -> None:
+    # A typo must not silently return every GPU.
+    response = client.get("/v1/gpus", params={"k8s_label": "NVIDIA-H100-80GB-HBM3"})
+    assert response.status_code == 422
+    body = response.json()
+    assert body["title"] == "Invalid query parameters"
+    assert body["errors"][0]["field"] == "k8s_label"
+    for allowed in ("vendor", "min_memory_bytes", "k8s_product_label"):
+        assert allowed in body["detail"]
+    assert client.get("/v1/gpus/h100", params={"verbose": "1"}).status_code == 422
 
 
 def test_one_gpu_and_unknown_gpu(client: TestClient) -> None:
