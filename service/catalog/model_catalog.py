@@ -1,10 +1,20 @@
 """The model catalog: Hugging Face configs of well-known models, validated at load.
 
 Each ``models/*.json`` file holds ``{"models": [record, ...]}``; a record names the Hub repo
-(``id``), other names it answers to (``aliases``), the checkpoint ``dtype``, where its config
-came from (``source``) and the ``config.json`` fields the estimator reads, under their own
-names. Loading builds every record's :class:`Architecture` and parameter counts once, so a
-bad record stops start-up instead of failing a request.
+(``id``), other names it answers to (``aliases``), where its config came from (``source``)
+and either
+
+* ``config``: the ``config.json`` fields the estimator reads, under their own names, with the
+  checkpoint ``dtype`` (which must match the config's ``torch_dtype``), or
+* ``base``: the id of another record whose config it shares (a fine-tune, a mirror, a
+  quantized upload), changed by ``config_overrides`` (top-level keys set to these values; a
+  nested object is replaced whole) and ``config_drop`` (top-level keys removed, e.g. the
+  ``quantization_config`` of an upcast copy). ``dtype`` is then optional and, if given, checked.
+
+Bases resolve across files in any order and may chain; a cycle or an unknown base stops
+start-up. Loading builds every distinct config's :class:`Architecture` and parameter counts
+once, so a bad record stops start-up instead of failing a request, and a record keeps its
+whole resolved config.
 """
 
 from __future__ import annotations
@@ -24,8 +34,16 @@ __all__ = ["CatalogError", "ModelCatalog", "ModelEntry", "load_model_catalog"]
 
 DEFAULT_PATH = Path(__file__).parent / "models"
 
-_REQUIRED = ("id", "config", "dtype", "source")
-_OPTIONAL = ("aliases", "published_parameters")
+_REQUIRED = ("id", "source")
+_OPTIONAL = (
+    "aliases",
+    "published_parameters",
+    "config",
+    "dtype",
+    "base",
+    "config_overrides",
+    "config_drop",
+)
 
 
 class CatalogError(Exception):
@@ -44,6 +62,8 @@ class ModelEntry:
     source: str
     config: Mapping[str, Any]
     published_parameters: str | None = None
+    base: str | None = None
+    """The id of the record this one shares its config with, before its overrides."""
 
     @property
     def family(self) -> str:
@@ -108,7 +128,20 @@ class ModelCatalog:
         return tuple(out)
 
 
-def _entry(record: Any, where: str) -> ModelEntry:
+@dataclass(frozen=True)
+class _Raw:
+    """A record as read, checked for shape but not yet resolved."""
+
+    record: Mapping[str, Any]
+    where: str
+    file: str
+
+    @property
+    def id(self) -> str:
+        return str(self.record["id"])
+
+
+def _read(record: Any, where: str, file: str) -> _Raw:
     if not isinstance(record, Mapping):
         raise CatalogError(f"{where}: a record must be an object")
     missing = [k for k in _REQUIRED if k not in record]
@@ -117,7 +150,7 @@ def _entry(record: Any, where: str) -> ModelEntry:
     unknown = set(record) - set(_REQUIRED) - set(_OPTIONAL)
     if unknown:
         raise CatalogError(f"{where}: unknown fields {', '.join(sorted(unknown))}")
-    model_id, source, config = record["id"], record["source"], record["config"]
+    model_id, source = record["id"], record["source"]
     if not isinstance(model_id, str) or "/" not in model_id:
         raise CatalogError(f"{where}: id must be a Hugging Face repo id (owner/name)")
     where = f"{where} ({model_id})"
@@ -126,29 +159,101 @@ def _entry(record: Any, where: str) -> ModelEntry:
         raise CatalogError(f"{where}: aliases must be a list of names")
     if not isinstance(source, str) or not source.strip():
         raise CatalogError(f"{where}: source must say where the config came from")
-    if not isinstance(config, Mapping):
-        raise CatalogError(f"{where}: config must be an object")
-    try:
-        arch = read_config(config)
-    except EstimatorError as exc:
-        raise CatalogError(f"{where}: {exc.detail}") from exc
-    if record["dtype"] != arch.dtype:
-        raise CatalogError(
-            f"{where}: dtype {record['dtype']!r} disagrees with the config's {arch.dtype!r}"
-        )
     published = record.get("published_parameters")
     if published is not None and not isinstance(published, str):
         raise CatalogError(f"{where}: published_parameters must be a string")
-    return ModelEntry(
-        id=model_id,
-        aliases=tuple(aliases),
-        architecture=arch,
-        counts=count_parameters(arch),
-        dtype=arch.dtype,
-        source=source,
-        config=MappingProxyType(dict(config)),
-        published_parameters=published,
-    )
+    if ("config" in record) == ("base" in record):
+        raise CatalogError(f"{where}: give either config (a whole config) or base (a record id)")
+    if "config" in record:
+        if not isinstance(record["config"], Mapping):
+            raise CatalogError(f"{where}: config must be an object")
+        if "dtype" not in record:
+            raise CatalogError(f"{where}: missing dtype (the config's torch_dtype)")
+        changes = [k for k in ("config_overrides", "config_drop") if k in record]
+        if changes:
+            raise CatalogError(f"{where}: {', '.join(changes)} need a base; edit config instead")
+    else:
+        base = record["base"]
+        if not isinstance(base, str) or "/" not in base:
+            raise CatalogError(f"{where}: base must be the id of another catalog record")
+        if not isinstance(record.get("config_overrides", {}), Mapping):
+            raise CatalogError(f"{where}: config_overrides must be an object")
+        drop = record.get("config_drop", [])
+        if not isinstance(drop, list) or not all(isinstance(k, str) and k for k in drop):
+            raise CatalogError(f"{where}: config_drop must be a list of config keys")
+    return _Raw(record=record, where=where, file=file)
+
+
+def _resolve_configs(raws: Mapping[str, _Raw]) -> dict[str, dict[str, Any]]:
+    """Every record's whole config (lower-cased id -> config), bases applied in chain order."""
+    resolved: dict[str, dict[str, Any]] = {}
+
+    def resolve(key: str, chain: tuple[str, ...]) -> dict[str, Any]:
+        done = resolved.get(key)
+        if done is not None:
+            return done
+        raw = raws[key]
+        record = raw.record
+        if "config" in record:
+            config = dict(record["config"])
+        else:
+            base_key = str(record["base"]).lower()
+            if base_key not in raws:
+                close = difflib.get_close_matches(base_key, list(raws), n=1, cutoff=0.8)
+                hint = f"; did you mean {raws[close[0]].id}?" if close else ""
+                raise CatalogError(f"{raw.where}: base {record['base']!r} is not a record{hint}")
+            chain = (*chain, key)
+            if base_key in chain:
+                cycle = " -> ".join(raws[k].id for k in (*chain[chain.index(base_key) :], base_key))
+                raise CatalogError(f"{raw.where}: base cycle {cycle}")
+            config = dict(resolve(base_key, chain))
+            for name in record.get("config_drop", []):
+                if name not in config:
+                    raise CatalogError(f"{raw.where}: config_drop names {name!r}, not in base")
+                del config[name]
+            config.update(record.get("config_overrides", {}))
+        resolved[key] = config
+        return config
+
+    for key in raws:
+        resolve(key, ())
+    return resolved
+
+
+def _entries(raws: Mapping[str, _Raw]) -> list[ModelEntry]:
+    configs = _resolve_configs(raws)
+    # Records that share a config (a base and its mirrors) share one build of it.
+    built: dict[str, tuple[Architecture, ParameterCounts, Mapping[str, Any]]] = {}
+    entries = []
+    for key, raw in raws.items():
+        record, config = raw.record, configs[key]
+        shape = json.dumps(config, sort_keys=True)
+        if shape not in built:
+            try:
+                arch = read_config(config)
+            except EstimatorError as exc:
+                raise CatalogError(f"{raw.where}: {exc.detail}") from exc
+            built[shape] = (arch, count_parameters(arch), MappingProxyType(config))
+        arch, counts, frozen = built[shape]
+        dtype = record.get("dtype", arch.dtype)
+        if dtype != arch.dtype:
+            raise CatalogError(
+                f"{raw.where}: dtype {dtype!r} disagrees with the config's {arch.dtype!r}"
+            )
+        entries.append(
+            ModelEntry(
+                id=raw.id,
+                aliases=tuple(record.get("aliases", [])),
+                architecture=arch,
+                counts=counts,
+                dtype=arch.dtype,
+                source=record["source"],
+                config=frozen,
+                published_parameters=record.get("published_parameters"),
+                base=raws[str(record["base"]).lower()].id if "base" in record else None,
+            )
+        )
+    return entries
 
 
 def load_model_catalog(path: str | Path | None = None) -> ModelCatalog:
@@ -157,8 +262,7 @@ def load_model_catalog(path: str | Path | None = None) -> ModelCatalog:
     files = sorted(root.glob("*.json")) if root.is_dir() else [root]
     if not files:
         raise CatalogError(f"no model files under {root}")
-    entries: list[ModelEntry] = []
-    seen: dict[str, str] = {}
+    raws: dict[str, _Raw] = {}
     for file in files:
         try:
             data = json.loads(file.read_text(encoding="utf-8"))
@@ -167,10 +271,9 @@ def load_model_catalog(path: str | Path | None = None) -> ModelCatalog:
         if not isinstance(data, Mapping) or not isinstance(data.get("models"), list):
             raise CatalogError(f'{file.name}: expected {{"models": [...]}}')
         for n, record in enumerate(data["models"]):
-            entry = _entry(record, f"{file.name}[{n}]")
-            key = entry.id.lower()
-            if key in seen:
-                raise CatalogError(f"{file.name}: {entry.id} is also defined in {seen[key]}")
-            seen[key] = file.name
-            entries.append(entry)
-    return ModelCatalog(entries)
+            raw = _read(record, f"{file.name}[{n}]", file.name)
+            key = raw.id.lower()
+            if key in raws:
+                raise CatalogError(f"{file.name}: {raw.id} is also defined in {raws[key].file}")
+            raws[key] = raw
+    return ModelCatalog(_entries(raws))
