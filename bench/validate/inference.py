@@ -284,52 +284,26 @@ def inconsistent_rows(rows: list[dict[str, str]]) -> set[int]:
     return bad
 
 
-# Two checkpoints of one model are in the same weight class when their shortest-prompt peaks
-# differ by less than this; every prompt-dependent term (KV cache, logits, MLP intermediates in
-# the activation dtype) is then the same for both, and what differs (the kernels' scratch,
-# sized for a fixed 2048-token input) does not grow with the prompt.
-SAME_CLASS_GIB = 1.0
-
-
 def _gib(row: dict[str, str]) -> float:
     return float(row["peak_allocated"]) * (1 if row["unit"] == "GiB" else 1 / 1024)
 
 
-def sibling_outliers(rows: list[dict[str, str]]) -> set[int]:
-    """Rows that grow with the prompt by more than a same-weight-class checkpoint of the same
-    model on the same GPU counts (by over SAME_CLASS_GIB): no format-specific mechanism grows
-    with the prompt, so one of the two figures holds something the setting does not explain;
-    the row that grows more is kept in the report and left out of the bounds."""
-    bad: set[int] = set()
-    series: dict[tuple[str, str, str], dict[int, int]] = {}
-    for i, r in enumerate(rows):
-        series.setdefault((r["benchmark"], r["model"], r["quant"]), {})[int(r["input_tokens"])] = i
-    for (bench, model, qa), sa in series.items():
-        for (bench_b, model_b, qb), sb in series.items():
-            if (bench_b, model_b) != (bench, model) or qa >= qb:
-                continue
-            common = sorted(set(sa) & set(sb))
-            if len(common) < 2:
-                continue
-            base = common[0]
-            a0, b0 = rows[sa[base]], rows[sb[base]]
-            if a0["gpus"] != b0["gpus"] or abs(_gib(a0) - _gib(b0)) >= SAME_CLASS_GIB:
-                continue
-            for n in common[1:]:
-                ra, rb = rows[sa[n]], rows[sb[n]]
-                if ra["gpus"] != rb["gpus"]:
-                    continue
-                grow_a, grow_b = _gib(ra) - _gib(a0), _gib(rb) - _gib(b0)
-                if abs(grow_a - grow_b) > SAME_CLASS_GIB:
-                    bad.add(sa[n] if grow_a > grow_b else sb[n])
-    return bad
+#: Rows shown with their error and this note but outside the worst-row bound: each was examined
+#: and found to hold memory no mechanism of its setting explains (docs/inference.md). A list,
+#: not a rule: a new row is bounded until someone examines it and adds it here.
+UNEXPLAINED_ROWS: dict[str, str] = {
+    "Qwen2-72B-Instruct GPTQ-Int4 in=30720 gpus=2": (
+        "grows 66.1 GiB from 1 to 30720 prompt tokens where its same-class AWQ sibling grows "
+        "47.3 GiB, and reads only 16.3 GiB below the GPTQ-Int8 checkpoint whose weights are "
+        "~29 GiB larger: ~13-19 GiB that neither sibling holds"
+    ),
+}
 
 
 def transformers_cases() -> list[Case]:
     out = []
     rows = transformers_rows()
     bad = inconsistent_rows(rows)
-    outliers = sibling_outliers(rows)
     for i, row in enumerate(rows):
         est = estimate_inference(transformers_request(row))
         t = est.total
@@ -340,8 +314,8 @@ def transformers_cases() -> list[Case]:
         note = "quantized" if row["quant"] != "BF16" else "bf16"
         if i in bad:
             note += ", inconsistent"
-        elif i in outliers:
-            note += ", inconsistent with its same-class sibling"
+        elif name in UNEXPLAINED_ROWS:
+            note += ", unexplained: " + UNEXPLAINED_ROWS[name]
         out.append(
             Case("transformers", name, "peak_allocated", allocated / GIB, measured, "GiB", note)
         )
@@ -469,7 +443,8 @@ def bounds(all_cases: list[Case]) -> list[str]:
     pool, conc = sel("vllm", "kv_pool"), sel("vllm", "max_concurrency")
     hf_all = sel("transformers", "peak_allocated")
     hf = [c for c in hf_all if "inconsistent" not in c.note]
-    left_out = ", ".join(c.case for c in hf_all if "sibling" in c.note)
+    bounded = [c for c in hf if "unexplained" not in c.note]
+    shown = "; ".join(f"{c.case} {c.error:+.2%}" for c in hf if "unexplained" in c.note)
 
     def mae(cs: list[Case]) -> str:
         return f"{statistics.fmean(abs(c.error) for c in cs) * 100:.2f}%"
@@ -493,8 +468,9 @@ def bounds(all_cases: list[Case]) -> list[str]:
         f"median {med([c for c in hf if c.note == 'bf16'])} |",
         f"| transformers peak, quantized ({sum(c.note == 'quantized' for c in hf)}) | "
         f"median ≤ 5% | median {med([c for c in hf if c.note == 'quantized'])} |",
-        f"| transformers peak, every consistent row ({len(hf)}) | ≤ 12% | worst {worst(hf)} "
-        f"(left out, inconsistent with its same-class sibling: {left_out or 'none'}) |",
+        f"| transformers peak, every consistent row but the listed unexplained ones "
+        f"({len(bounded)}) | ≤ 12% | worst {worst(bounded)} (listed, shown with their note: "
+        f"{shown or 'none'}) |",
         f"| reference tracer peak ({len(tr)}) | median ≤ 1%, worst ≤ 5% | median {med(tr)}, "
         f"worst {worst(tr)} |",
     ]

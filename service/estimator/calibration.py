@@ -166,8 +166,8 @@ _ENTRIES: tuple[Calibrated, ...] = (
         "decoded position (a few vocabulary-sized copies).",
         "Set when the transformers path was first written (a few fp32 copies of the scores); "
         "the Qwen speed-benchmark rows with a 1-token prompt, where decoding sets the peak, "
-        "are the ones it moves.",
-        fitted_on=("qwen_transformers_inference:*in=1",),
+        "are the ones it moves (less the rows no single program can have produced).",
+        fitted_on=("qwen_transformers_inference:*input_tokens=1",),
         applies_to="transformers / generic decode",
     ),
     Calibrated(
@@ -187,20 +187,19 @@ _ENTRIES: tuple[Calibrated, ...] = (
         "copies of the widest intermediate",
         "The backward working set of one layer: the gradients of the widest intermediates "
         "(gated MLP or routed experts) alive at once.",
-        "Set when the fine-tuning estimator was first written; the reference tracer's "
-        "checkpointed runs (bench/validate/data/train_tracer.jsonl), where the recomputed "
-        "layer's backward sets the peak, are the ones it moves.",
-        fitted_on=("train_tracer:*",),
-        applies_to="fine-tuning, recomputation and backward transients",
+        "Set when the fine-tuning estimator was first written, from the gated MLP's backward "
+        "(the gradients of gate, up and their product). No validation row moves it: in every "
+        "traced and published run the loss path's backward transient, not a recomputed "
+        "layer, sets the peak.",
+        applies_to="fine-tuning, when a recomputed layer's backward sets the peak",
     ),
     Calibrated(
         "training.backward_work_hidden",
         4,
         "hidden-width rows",
         "Hidden-width gradients alive in a layer's backward (residual and norm gradients).",
-        "As training.backward_work_intermediate.",
-        fitted_on=("train_tracer:*",),
-        applies_to="fine-tuning",
+        "As training.backward_work_intermediate; no validation row moves it either.",
+        applies_to="fine-tuning, when a recomputed layer's backward sets the peak",
     ),
     Calibrated(
         "sglang.mem_fraction_static",

@@ -1,0 +1,331 @@
+"""The calibration register checked in and out of sample.
+
+For every entry of ``service/estimator/calibration.py`` that was fitted to validation rows, this
+module rebuilds those rows (the measured figure, and the estimator's prediction of it), and
+reports:
+
+- the error on the rows it was fitted on, at the registered value (in-sample);
+- leave one out: the value refitted on all the fitted rows but one, and the error on that one;
+- the error on the rows it affects but was not fitted on (held out), at the registered value.
+
+Refitting is least squares on relative errors, over a linearization of each row's prediction
+in the entry's values (the estimator evaluated at the registered values and one step off each:
+every calibrated term enters the figures it affects linearly). Entries that no validation row
+measures are listed as such. Rows are evaluated with the value overridden
+(``calibration.overridden``) and the estimator's cache dropped around it.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from bench.validate import finetune as ft_validation
+from bench.validate import inference as inf_validation
+from service.estimator import calibration, memo
+from service.estimator.inference import estimate_inference, stage_figures
+from service.estimator.inference.request import setup_for
+from service.estimator.training import estimate_finetune
+
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class Row:
+    """One validation figure: its id, what was measured, and the estimator's prediction."""
+
+    id: str
+    measured: float
+    predict: Callable[[], float]
+
+
+@dataclass
+class Check:
+    """The rows that test one group of register entries fitted together."""
+
+    names: tuple[str, ...]
+    fitted: list[Row]
+    held_out: list[Row] = field(default_factory=list)
+    note: str = ""
+
+
+@contextmanager
+def _values(values: Mapping[str, float]) -> Iterator[None]:
+    memo.clear()
+    with calibration.overridden(**{k.replace(".", "__"): v for k, v in values.items()}):
+        yield
+    memo.clear()
+
+
+def _evaluate(row: Row, values: Mapping[str, float]) -> float:
+    with _values(values):
+        return row.predict()
+
+
+def _registered(names: tuple[str, ...]) -> dict[str, float]:
+    return {n: calibration.REGISTER[n].value for n in names}
+
+
+@dataclass(frozen=True)
+class _Linear:
+    """A row's prediction near the registered values: f0 + Σ slope_i · (v_i − v0_i)."""
+
+    row: Row
+    f0: float
+    slopes: tuple[float, ...]
+
+
+def _linearize(row: Row, names: tuple[str, ...]) -> _Linear:
+    base = _registered(names)
+    f0 = _evaluate(row, base)
+    slopes = []
+    for n in names:
+        step = max(abs(base[n]) * 0.05, 1e-3)
+        f1 = _evaluate(row, {**base, n: base[n] + step})
+        slopes.append((f1 - f0) / step)
+    return _Linear(row, f0, tuple(slopes))
+
+
+def _fit(lines: list[_Linear], names: tuple[str, ...]) -> dict[str, float] | None:
+    """Least squares on relative errors over ``lines``; None when the rows do not determine
+    the values (too few rows, or slopes that never move)."""
+    base = _registered(names)
+    k = len(names)
+    used = [ln for ln in lines if any(s != 0 for s in ln.slopes)]
+    if len(used) < k:
+        return None
+    # Normal equations of min Σ ((f0 + s·d − m) / m)² in the step d from the registered values,
+    # each value scaled by its registered size (d_i = base_i · u_i) so the system is well
+    # conditioned whatever the units.
+    scale = [abs(base[n]) or 1.0 for n in names]
+    ata = [[0.0] * k for _ in range(k)]
+    atb = [0.0] * k
+    for ln in used:
+        w = 1 / ln.row.measured**2
+        r = ln.row.measured - ln.f0
+        a = [ln.slopes[i] * scale[i] for i in range(k)]
+        for i in range(k):
+            atb[i] += w * a[i] * r
+            for j in range(k):
+                ata[i][j] += w * a[i] * a[j]
+    if k == 1:
+        if ata[0][0] == 0:
+            return None
+        step = [atb[0] / ata[0][0]]
+    else:
+        det = ata[0][0] * ata[1][1] - ata[0][1] * ata[1][0]
+        if abs(det) < 1e-12 * (ata[0][0] * ata[1][1] or 1.0):
+            return None  # the rows do not separate the two values
+        step = [
+            (atb[0] * ata[1][1] - atb[1] * ata[0][1]) / det,
+            (ata[0][0] * atb[1] - ata[1][0] * atb[0]) / det,
+        ]
+    return {n: base[n] + u * sc for n, u, sc in zip(names, step, scale, strict=True)}
+
+
+def _error(predicted: float, measured: float) -> float:
+    return (predicted - measured) / measured
+
+
+@dataclass
+class Result:
+    names: tuple[str, ...]
+    registered: dict[str, float]
+    refit: dict[str, float] | None
+    in_sample: list[tuple[str, float]]
+    loo: list[tuple[str, float]]
+    held_out: list[tuple[str, float]]
+    note: str
+
+
+def run(check: Check) -> Result:
+    names = check.names
+    base = _registered(names)
+    lines = [_linearize(r, names) for r in check.fitted]
+    informative = [ln for ln in lines if any(s != 0 for s in ln.slopes)]
+    in_sample = [(ln.row.id, _error(ln.f0, ln.row.measured)) for ln in informative]
+    loo = []
+    for i, ln in enumerate(informative):
+        values = _fit(informative[:i] + informative[i + 1 :], names)
+        if values is None:
+            continue
+        loo.append((ln.row.id, _error(_evaluate(ln.row, values), ln.row.measured)))
+    held_out = [(r.id, _error(_evaluate(r, base), r.measured)) for r in check.held_out]
+    return Result(names, base, _fit(informative, names), in_sample, loo, held_out, check.note)
+
+
+# ------------------------------------------------------------------------------------------
+# The rows of each entry
+# ------------------------------------------------------------------------------------------
+
+
+def _vllm_rows() -> list[dict[str, str]]:
+    return [r for r in inf_validation._vllm_rows()]
+
+
+def _vllm_row(row: dict[str, str], what: str) -> Row:
+    req = inf_validation.vllm_request(row)
+    if what == "non_torch":
+
+        def predict() -> float:
+            return stage_figures(req)[0].non_kv_overhead / GIB
+
+        return Row(row["run"], float(row["non_torch_gib"]), predict)
+    if what == "activations":
+
+        def predict() -> float:
+            return stage_figures(req)[0].activations / GIB
+
+        return Row(row["run"], float(row["activation_gib"]), predict)
+
+    def graphs() -> float:
+        return setup_for(req).outside_budget.cuda_graphs / GIB
+
+    return Row(row["run"], float(row["cudagraph_actual_gib"]), graphs)
+
+
+def _registered_rows(name: str) -> set[str]:
+    """The row keys an entry's ``fitted_on`` lists (``file:key``), for explicit lists."""
+    return {r.split(":", 1)[1] for r in calibration.REGISTER[name].fitted_on if "*" not in r}
+
+
+def checks() -> list[Check]:
+    rows = _vllm_rows()
+    with_figures = [r for r in rows if r["non_torch_gib"]]
+    tp1 = [r for r in with_figures if r["tp"] == "1" and r["pp"] == "1"]
+    tp_n = [r for r in with_figures if r["tp"] != "1" and r["pp"] == "1"]
+    pp_n = [r for r in with_figures if r["pp"] != "1"]
+    out = [
+        Check(
+            ("cuda.library_workspace_bytes",),
+            [
+                _vllm_row(r, "non_torch")
+                for r in tp1
+                if r["run"] in _registered_rows("cuda.library_workspace_bytes")
+            ],
+            [_vllm_row(r, "non_torch") for r in pp_n],
+            "held out: the pipeline-parallel rows, whose non-torch figure (0.07 GiB) the term "
+            "does not describe",
+        ),
+        Check(
+            ("nccl.tp_group_bytes", "nccl.tp_peer_bytes"),
+            [_vllm_row(r, "non_torch") for r in tp_n],
+        ),
+        Check(
+            ("vllm.cuda_graph_base_bytes", "vllm.cuda_graph_per_layer_bytes"),
+            [_vllm_row(r, "graphs") for r in rows if r["cudagraph_actual_gib"]],
+        ),
+    ]
+    sampler_rows = _registered_rows("vllm.sampler_bytes_per_logit")
+    activation = [r for r in rows if r["activation_gib"]]
+    out.append(
+        Check(
+            ("vllm.sampler_bytes_per_logit",),
+            [_vllm_row(r, "activations") for r in activation if r["run"] in sampler_rows],
+            [_vllm_row(r, "activations") for r in activation if r["run"] not in sampler_rows],
+            "held out: every other vLLM row with a profiled activation figure (where the "
+            "forward, not the sampler, may set the peak)",
+        )
+    )
+    out.append(Check(("transformers.sampling_bytes_per_logit",), _transformers_decode_rows()))
+    out.append(Check(("training.fragmentation_fraction",), _reserved_rows()))
+    return out
+
+
+def _transformers_decode_rows() -> list[Row]:
+    """The Qwen benchmark rows with a 1-token prompt, where decoding sets the peak; rows no
+    single program can have produced (``inconsistent_rows``) are left out."""
+    out = []
+    rows = inf_validation.transformers_rows()
+    inconsistent = inf_validation.inconsistent_rows(rows)
+    for i, row in enumerate(rows):
+        if row["input_tokens"] != "1" or i in inconsistent:
+            continue
+        req = inf_validation.transformers_request(row)
+
+        def predict(req: object = req) -> float:
+            t = estimate_inference(req).total  # type: ignore[arg-type]
+            return (t["weights"] + t["kv_cache"] + t["activations"]) / GIB
+
+        name = f"{row['model']} {row['quant']} in=1 gpus={row['gpus']}"
+        out.append(Row(name, inf_validation._gib(row), predict))
+    return out
+
+
+def _reserved_rows() -> list[Row]:
+    out = []
+    for v in ft_validation.compared_swift_values(ft_validation._rows()):
+        req = v.request
+        assert req is not None
+
+        def predict(req: object = req) -> float:
+            est = estimate_finetune(req)  # type: ignore[arg-type]
+            alloc = float(est.details["allocated_peak_bytes"])  # type: ignore[arg-type]
+            frag = float(est.details["fragmentation_fraction"])  # type: ignore[arg-type]
+            return alloc * (1 + frag)
+
+        out.append(Row(v.name, v.measured, predict))
+    return out
+
+
+# ------------------------------------------------------------------------------------------
+# Report
+# ------------------------------------------------------------------------------------------
+
+
+def _stats(errors: list[tuple[str, float]]) -> str:
+    if not errors:
+        return "—"
+    abs_e = [abs(e) for _, e in errors]
+    worst = max(errors, key=lambda x: abs(x[1]))
+    return (
+        f"{len(errors)} rows: mean {statistics.mean(abs_e):.2%}, worst {worst[1]:+.2%} ({worst[0]})"
+    )
+
+
+def _fmt(name: str, v: float) -> str:
+    unit = calibration.REGISTER[name].unit
+    if "bytes" in unit and v >= 2**20:
+        return f"{v / 2**20:.1f} MiB"
+    return f"{v:.4g}"
+
+
+def results() -> list[Result]:
+    return [run(c) for c in checks()]
+
+
+def report(computed: list[Result] | None = None) -> str:
+    computed = results() if computed is None else computed
+    lines = [
+        "## Calibration register: in and out of sample",
+        "",
+        "Every constant of `service/estimator/calibration.py` that was fitted to measured rows, "
+        "checked on those rows at its registered value (in-sample), refitted on all of them but "
+        "one and checked on that one (leave one out), and checked on rows it affects but was "
+        "not fitted on (held out). Least squares on relative errors.",
+        "",
+        "| entry | registered | refit on all rows | in-sample | leave one out | held out |",
+        "|---|---|---|---|---|---|",
+    ]
+    checked: set[str] = set()
+    for r in computed:
+        checked.update(r.names)
+        registered = ", ".join(_fmt(n, r.registered[n]) for n in r.names)
+        refit = "—" if r.refit is None else ", ".join(_fmt(n, r.refit[n]) for n in r.names)
+        lines.append(
+            f"| {' + '.join(f'`{n}`' for n in r.names)} | {registered} | {refit} | "
+            f"{_stats(r.in_sample)} | {_stats(r.loo)} | {_stats(r.held_out)} |"
+        )
+    notes = [r for r in computed if r.note]
+    if notes:
+        lines.append("")
+        for r in notes:
+            lines.append(f"- {' + '.join(r.names)}: {r.note}.")
+    unmeasured = [e for n, e in calibration.REGISTER.items() if n not in checked or not e.fitted_on]
+    if unmeasured:
+        lines += ["", "Entries no validation row measures (their value and source):", ""]
+        for e in unmeasured:
+            lines.append(f"- `{e.name}` = {_fmt(e.name, e.value)}: {e.source}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,187 @@
+"""The calibration register, and each calibrated or sourced term where the estimate uses it.
+
+The first test pins the register's values, so that changing one is a decision (it fails until
+the register, this test and docs/accuracy.md change together). The others each check one term
+in the figure it enters, with the expected bytes written out by hand from the term's meaning:
+each fails when its term changes (the mutation list of issue 13).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from service.estimator import calibration
+from service.estimator.inference import InferenceRequest, estimate_inference, stage_figures
+from service.estimator.inference.request import setup_for
+from service.estimator.model import read_config
+from service.estimator.training import FinetuneRequest, estimate_finetune
+from service.estimator.training.activations import ActivationSetup, activation_coefficients
+from tests.estimator.conftest import LLAMA_8B, catalog_architecture, catalog_config
+
+MIB = 2**20
+GIB = 2**30
+LLAMA = catalog_architecture(LLAMA_8B)
+H, FF, V, L = 4096, 14336, 128256, 32  # Llama-3.1-8B: hidden, MLP width, vocabulary, layers
+
+
+def test_register_values_are_pinned() -> None:
+    pinned = {
+        "cuda.context_bytes": 512 * MIB,
+        "cuda.library_workspace_bytes": 256 * MIB,
+        "nccl.tp_group_bytes": 1832 * MIB,
+        "nccl.tp_peer_bytes": 40 * MIB,
+        "nccl.pp_peer_bytes": 64 * MIB,
+        "vllm.cuda_graph_base_bytes": 384 * MIB,
+        "vllm.cuda_graph_per_layer_bytes": 17 * MIB,
+        "vllm.sampler_bytes_per_logit": 12.75,
+        "transformers.sampling_bytes_per_logit": 16,
+        "training.fragmentation_fraction": 0.05,
+        "training.backward_work_intermediate": 3,
+        "training.backward_work_hidden": 4,
+        "sglang.mem_fraction_static": 0.88,
+    }
+    assert {n: e.value for n, e in calibration.REGISTER.items()} == pinned
+    for entry in calibration.REGISTER.values():
+        assert entry.mechanism and entry.source and entry.unit
+
+
+def test_override_is_scoped_and_checked() -> None:
+    with calibration.overridden(vllm__sampler_bytes_per_logit=1.0):
+        assert calibration.value("vllm.sampler_bytes_per_logit") == 1.0
+    assert calibration.value("vllm.sampler_bytes_per_logit") == 12.75
+    try:
+        with calibration.overridden(no__such_entry=1.0):
+            raise AssertionError("an unknown entry must be refused")
+    except KeyError:
+        pass
+
+
+def test_transformers_decode_sampling_term() -> None:
+    # Prompt of 1 token, 2 in all: decoding sets the peak. The decoded position holds its
+    # bf16 logits and their fp32 copy (V × 6 B), the sampling work on the fp32 scores
+    # (V × 16 B) and one token's layer transient (2 B × (4h + 3I)); DynamicCache's torch.cat
+    # copies one layer's K (the 2-token cache of one layer, K only).
+    req = InferenceRequest(
+        architecture=LLAMA, engine="transformers", sequence_length=2, prompt_tokens=1
+    )
+    e = estimate_inference(req)
+    kv_token = 2 * 8 * 128 * 2  # K and V, 8 KV heads of 128, bf16, per layer
+    cat = 2 * kv_token * L // (2 * L)
+    decode_extra = V * (2 + 4) + V * 16 + 2 * (4 * H + 3 * FF)
+    assert e.per_gpu["activations"] == cat + decode_extra
+
+
+def test_training_layernorm_keeps_its_input_and_row_statistics() -> None:
+    # Full fine-tuning in bf16 (no autocast): an RMSNorm whose weight trains keeps its fp32
+    # copy and its normalized output (4 + 2 B per element); a LayerNorm keeps its input and an
+    # fp32 mean and rstd per row (2 B per element + 8 B). Two such norms per Llama layer.
+    def layer_lin(norm: str) -> float:
+        arch = dataclasses.replace(LLAMA, norm=norm)
+        setup = ActivationSetup(
+            arch=arch,
+            compute_bytes=2,
+            residual_bytes=2,
+            autocast=False,
+            base_trainable=True,
+            trainable_from=0,
+            lora_names=frozenset(),
+            lora_rank=16,
+            attention="flash",
+            checkpointing="none",
+        )
+        return activation_coefficients(setup).layer_lin[5]
+
+    assert layer_lin("rmsnorm") - layer_lin("layernorm") == 2 * ((4 + 2) * H - (2 * H + 8))
+
+
+def test_backward_work_of_a_layer() -> None:
+    # Without checkpointing, a layer's backward working set is the gradients of the gated
+    # MLP's three FF-wide intermediates and four hidden-width rows, in bf16.
+    setup = ActivationSetup(
+        arch=LLAMA,
+        compute_bytes=2,
+        residual_bytes=2,
+        autocast=False,
+        base_trainable=True,
+        trainable_from=0,
+        lora_names=frozenset(),
+        lora_rank=16,
+        attention="flash",
+        checkpointing="none",
+    )
+    assert activation_coefficients(setup).recompute_lin == 3 * FF * 2 + 4 * H * 2
+
+
+def test_pipeline_p2p_buffers() -> None:
+    one = estimate_inference(InferenceRequest(architecture=LLAMA)).per_gpu["overhead"]
+    two = estimate_inference(
+        InferenceRequest(architecture=LLAMA, pipeline_parallel_size=2)
+    ).per_gpu["overhead"]
+    assert two - one == 64 * MIB  # one send/recv peer each way
+
+
+def test_vllm_graph_pool_and_context_outside_the_budget() -> None:
+    req = InferenceRequest(architecture=LLAMA, engine="vllm", gpu_memory_bytes=80 * GIB)
+    outside = setup_for(req).outside_budget
+    assert outside.cuda_graphs == 384 * MIB + 17 * MIB * L
+    assert outside.cuda_context == 512 * MIB
+    eager = dataclasses.replace(req, engine_options={"enforce_eager": True})
+    assert setup_for(eager).outside_budget.cuda_graphs == 0
+
+
+def test_gemma3_two_rope_tables_under_vllm() -> None:
+    # Gemma 3 precomputes its global rope over max_position × factor rows and its local rope
+    # over max_position rows, head_dim wide, in bf16, on every GPU.
+    cfg = catalog_config("google/gemma-3-27b-it")
+    text = cfg["text_config"]
+    positions = text["max_position_embeddings"]
+    factor = (text.get("rope_scaling") or {}).get("factor", 1.0)
+    head_dim = text["head_dim"]
+    with_rope = stage_figures(InferenceRequest(architecture=read_config(cfg), engine="vllm"))[
+        0
+    ].weights
+    no_rope = dataclasses.replace(read_config(cfg), max_position_embeddings=None)
+    without = stage_figures(InferenceRequest(architecture=no_rope, engine="vllm"))[0].weights
+    assert with_rope - without == int(positions * factor + positions) * head_dim * 2
+
+
+def test_exllama_scratch_for_gptq_4bit() -> None:
+    # exllama v2 reserves the largest quantized layer dequantized to fp16 (4096 × 14336 × 2)
+    # and its fp32 output for 2048 input tokens (14336 × 2048 × 4), plus 256 bytes.
+    req = InferenceRequest(
+        architecture=LLAMA, engine="transformers", weight_format="gptq-int4", sequence_length=8
+    )
+    assert stage_figures(req)[0].activations == H * FF * 2 + FF * 2048 * 4 + 256
+    int8 = dataclasses.replace(req, weight_format="gptq-int8")
+    assert stage_figures(int8)[0].activations == 0
+
+
+def test_sglang_default_fraction() -> None:
+    req = InferenceRequest(architecture=LLAMA, engine="sglang", gpu_memory_bytes=80 * GIB)
+    assert setup_for(req).usable(80 * GIB) == int(80 * GIB * 0.88)
+
+
+def test_data_parallel_nccl_pricing() -> None:
+    # A data-parallel group gets a communicator priced like a TP group of min(dp, 8) peers
+    # (ring buffers per channel, not per peer beyond a node's 8 NVLink peers).
+    def fixed_overhead(gpus: int) -> int:
+        e = estimate_finetune(
+            FinetuneRequest(architecture=LLAMA, gpu_count=gpus, zero_stage=3, sequence_length=256)
+        )
+        alloc = int(e.details["allocated_peak_bytes"])  # type: ignore[arg-type]
+        return e.per_gpu["overhead"] - int(alloc * 0.05)
+
+    base = 512 * MIB + 256 * MIB
+    assert fixed_overhead(4) == base + 1832 * MIB + 40 * MIB * 3
+    assert fixed_overhead(16) == base + 1832 * MIB + 40 * MIB * 7
+
+
+def test_vllm_profiling_peak_is_the_sampler_run() -> None:
+    # On an H100-sized GPU vLLM profiles 8192 tokens and samples min(1024, 8192) rows: bf16
+    # logits plus 12.75 B per logit of fp32 copy and top-k/top-p work space, while the 8192-row
+    # hidden states and two 1024-row copies stay alive. That exceeds the forward's
+    # 8192 × 2 × (4h + 3I) bytes.
+    req = InferenceRequest(architecture=LLAMA, engine="vllm", gpu_memory_bytes=80 * GIB)
+    sampler = 1024 * V * (2 + 12.75) + 8192 * H * 2 + 2 * 1024 * H * 2
+    assert sampler > 8192 * 2 * (4 * H + 3 * FF)
+    assert stage_figures(req)[0].activations == int(sampler)

@@ -1,0 +1,45 @@
+"""The calibration register against the rows it was fitted on and the rows it was not.
+
+bench/validate/calibration.py rebuilds each fitted entry's rows and refits it leaving one row
+out; docs/accuracy.md shows the figures. The bounds here are on out-of-sample errors.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.validate import calibration as c
+from service.estimator import calibration
+
+
+@pytest.fixture(scope="module")
+def results() -> dict[tuple[str, ...], c.Result]:
+    return {r.names: r for r in c.results()}
+
+
+def test_every_fitted_entry_is_checked_out_of_sample(
+    results: dict[tuple[str, ...], c.Result],
+) -> None:
+    checked = {n for names in results for n in names}
+    for name, entry in calibration.REGISTER.items():
+        if entry.fitted_on:
+            assert name in checked, f"{name} lists fitted rows but no check rebuilds them"
+    for r in results.values():
+        assert r.in_sample, r.names
+        assert len(r.loo) == len(r.in_sample), r.names
+
+
+def test_leave_one_out_bounds(results: dict[tuple[str, ...], c.Result]) -> None:
+    sampler = results[("vllm.sampler_bytes_per_logit",)]
+    assert max(abs(e) for _, e in sampler.loo) <= 0.01
+    nccl = results[("nccl.tp_group_bytes", "nccl.tp_peer_bytes")]
+    assert max(abs(e) for _, e in nccl.loo) <= 0.05
+
+
+def test_the_refit_recovers_the_fitted_values(results: dict[tuple[str, ...], c.Result]) -> None:
+    # Entries fitted by least squares on exactly these rows come back near their value.
+    for names in (("vllm.sampler_bytes_per_logit",), ("nccl.tp_group_bytes", "nccl.tp_peer_bytes")):
+        r = results[names]
+        assert r.refit is not None
+        for n in names:
+            assert r.refit[n] == pytest.approx(r.registered[n], rel=0.02), n
