@@ -7,7 +7,9 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from service.app import create_app
 from service.catalog.model_catalog import load_model_catalog
+from service.settings import Settings
 
 LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct"
 
@@ -52,13 +54,19 @@ def test_case_insensitive_model_id(client: TestClient) -> None:
     assert a["total_bytes"] == b["total_bytes"]
 
 
-def test_estimates_are_deterministic(client: TestClient) -> None:
+def test_estimates_are_deterministic() -> None:
+    """The same request gives the same bytes from a fresh computation: no response cache, and
+    the estimator's own cache dropped between the two answers."""
+    from service.estimator import memo
+
     request = {"model": "Qwen/Qwen3-30B-A3B", "engine": "vllm", "gpu": "h100-sxm-80gb"}
-    first, second = (
-        post(client, "inference", request).json(),
-        post(client, "inference", request).json(),
-    )
-    assert first == second
+    app = create_app(Settings(access_log=False, response_cache_bytes=0))
+    with TestClient(app) as fresh:
+        first = post(fresh, "inference", request)
+        memo.clear()
+        second = post(fresh, "inference", request)
+    assert first.headers["x-request-id"] != second.headers["x-request-id"]
+    assert first.json() == second.json()
 
 
 def test_posted_config_matches_the_catalog_entry(client: TestClient) -> None:

@@ -172,5 +172,8 @@ def test_oom_row_without_figures_is_valid(tmp_path):
 
 
 def test_committed_results_follow_the_schema():
-    for path in sorted((REPO / "bench" / "gpu_truth" / "results").glob("*.csv")):
+    paths = sorted((REPO / "bench" / "gpu_truth" / "results").glob("*.csv"))
+    if not paths:
+        pytest.skip("no GPU measurements committed yet (make measure-gpu on a CUDA machine)")
+    for path in paths:
         read_results(path)
