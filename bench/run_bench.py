@@ -277,6 +277,21 @@ def _route_is_async() -> bool:
     return asyncio.iscoroutinefunction(estimates.estimate_inference)
 
 
+def _public_paths(text: str) -> str:
+    """The profile with this machine's paths made relative: the repository's files as
+    repository paths, installed packages under `<site-packages>/`, Python's own under
+    `<stdlib>/` (no file of the repository carries a path of a build machine)."""
+    import site
+    import sysconfig
+
+    prefixes = [(str(harness.REPO) + "/", "")]
+    prefixes += [(p + "/", "<site-packages>/") for p in site.getsitepackages()]
+    prefixes.append((sysconfig.get_paths()["stdlib"] + "/", "<stdlib>/"))
+    for prefix, replacement in sorted(prefixes, key=lambda x: -len(x[0])):
+        text = text.replace(prefix, replacement)
+    return text
+
+
 def profile(count: int = 3000) -> str:
     """cProfile (and pyinstrument, when installed) of the in-process ASGI path."""
     from bench import asgi_driver
@@ -544,7 +559,7 @@ def main() -> int:
                 if server is not None:
                     harness.stop(server)
     data["load_after"] = harness.load_average()
-    PROFILE.write_text(profile())
+    PROFILE.write_text(_public_paths(profile()))
     section = render(data)
     print(section)
     if not args.no_write:

@@ -19,13 +19,17 @@ from service.api.schemas.estimates import (
 )
 from service.catalog.gpu_catalog import GpuCatalog
 from service.catalog.model_catalog import ModelCatalog
-from service.estimator.answer import answer_finetune, answer_inference
+from service.estimator.answer import Answer, answer_finetune, answer_inference
 from service.estimator.errors import InvalidRequest
 
 __all__ = ["Catalogs", "Observation", "run_estimate"]
 
 # Domain-metric labels of one answer: kind, estimator, engine, fit verdict (None: no fit asked).
 Observation = tuple[str, str, str, bool | None]
+
+# The largest integer the wire format carries for every client (a signed 64-bit integer): an
+# answer with a larger byte figure is refused, naming the workload fields that drive it.
+MAX_WIRE_INTEGER = 2**63 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,8 +63,29 @@ def run_estimate(
         kind = "finetune"
         answer = answer_finetune(model, finetune_request(body), estimator=body.estimator, gpu=gpu)
         engine = "training"
+    _check_wire_size(answer, kind)
     metrics.observe_estimate_latency(kind, time.perf_counter() - started)
     fits = answer.fit.fits if answer.fit is not None else None
     observation = (kind, answer.estimate.estimator, engine, fits)
     metrics.observe_estimate(*observation)
     return render_estimate(kind, model, answer), observation
+
+
+def _check_wire_size(answer: Answer, kind: str) -> None:
+    est, fit = answer.estimate, answer.fit
+    figures = [est.total_bytes, est.per_gpu_bytes, est.cpu_bytes]
+    if fit is not None:
+        figures += [fit.required_bytes, abs(fit.headroom_bytes)]
+    if est.capacity is not None:
+        figures += [est.capacity.kv_cache_pool_bytes, est.capacity.kv_cache_tokens]
+    if max(figures) > MAX_WIRE_INTEGER:
+        drivers = (
+            "batch_size, sequence_length or concurrency"
+            if kind == "inference"
+            else ("batch_size or sequence_length")
+        )
+        raise InvalidRequest(
+            f"the answer's byte figures exceed 2^63 - 1, the largest integer the response "
+            f"carries; reduce {drivers}",
+            field="sequence_length",
+        )

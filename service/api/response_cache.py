@@ -18,10 +18,10 @@ include the catalog generation, so a catalog reload can never replay an old answ
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
+import cachetools
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -51,8 +51,14 @@ class ResponseCacheMiddleware:
         self.metrics = metrics
         self.max_bytes = max_bytes
         self.max_request_bytes = max_request_bytes
-        self.entries: OrderedDict[tuple[Any, ...], _Entry] = OrderedDict()
-        self.size = 0
+        # Least recently used out, bounded in bytes: cachetools' LRU charging each entry its size.
+        self.entries: cachetools.LRUCache[tuple[Any, ...], _Entry] = cachetools.LRUCache(
+            maxsize=max(max_bytes, 1), getsizeof=lambda e: e.size
+        )
+
+    @property
+    def size(self) -> int:
+        return int(self.entries.currsize)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (
@@ -75,9 +81,8 @@ class ResponseCacheMiddleware:
         if not more and first is None and len(body) <= self.max_request_bytes:
             generation = getattr(scope["app"].state, "catalog_generation", 0)
             key = (generation, scope["path"], scope.get("query_string", b""), body)
-            entry = self.entries.get(key)
+            entry = self.entries.get(key)  # a hit becomes the most recently used
             if entry is not None:
-                self.entries.move_to_end(key)
                 await self._replay(scope, send, entry)
                 return
         self.metrics.cache_result("miss")
@@ -141,10 +146,6 @@ class ResponseCacheMiddleware:
             return
         observation = scope.get("state", {}).get(OBSERVATION_KEY)
         self.entries[key] = _Entry(headers, payload, scope.get("route"), observation, size)
-        self.size += size
-        while self.size > self.max_bytes:
-            _, old = self.entries.popitem(last=False)
-            self.size -= old.size
         self.metrics.response_cache_bytes.set(self.size)
 
 

@@ -57,3 +57,17 @@ def test_request_fields_carry_descriptions_and_bounds(client: TestClient) -> Non
     assert inference["batch_size"]["minimum"] == 1 and "maximum" in inference["batch_size"]
     assert inference["sequence_length"]["description"]
     assert schemas["InferenceRequestBody"].get("additionalProperties") is False
+
+
+def test_every_error_response_is_a_problem_document() -> None:
+    """No operation advertises FastAPI's HTTPValidationError: every error status it can give
+    is declared with the one problem-document shape."""
+    schema = json.loads((REPO / "openapi" / "openapi.json").read_text())
+    assert "HTTPValidationError" not in json.dumps(schema)
+    for path, operations in schema["paths"].items():
+        for method, operation in operations.items():
+            for status, response in operation.get("responses", {}).items():
+                # /readyz's 503 is the readiness report itself (what a probe reads).
+                if status.startswith(("4", "5")) and (path, status) != ("/readyz", "503"):
+                    ref = json.dumps(response)
+                    assert "#/components/schemas/Problem" in ref, (path, method, status)

@@ -422,6 +422,7 @@ def _transformers_total(config: dict[str, Any]) -> int:
 
 
 @pytest.mark.reference
+@pytest.mark.slow
 def test_every_record_matches_transformers(catalog) -> None:
     """Every record's total equals the model transformers builds from its config, each
     distinct shape built once. Qwen-1 (remote code, not in transformers) is checked by hand

@@ -152,3 +152,27 @@ def test_the_unmodified_config_is_estimated(client: TestClient) -> None:
     # The control for the test above: the same config, unmodified, is a valid request.
     response = client.post("/v1/estimate/inference", json={"hf_config": LLAMA_CONFIG})
     assert response.status_code == 200, response.text[:300]
+
+
+@pytest.mark.parametrize("kind", ["inference", "finetune"])
+def test_an_answer_beyond_64_bits_is_a_422_naming_the_field(client: TestClient, kind: str) -> None:
+    # 126 layers × 128 heads × (16.8M tokens)² eager scores × 59 sequences: beyond 2^63 bytes.
+    body = {
+        "model": "meta-llama/Llama-3.1-405B",
+        "attention": "eager",
+        "sequence_length": 16_777_216,
+        "batch_size": 59,
+    }
+    r = client.post(f"/v1/estimate/{kind}", json=body)
+    assert r.status_code == 422, r.text[:200]
+    problem = r.json()
+    assert problem["errors"][0]["field"] == "sequence_length"
+    assert "2^63" in problem["detail"]
+
+
+def test_a_huge_config_value_is_not_echoed_back(client: TestClient) -> None:
+    body = {"hf_config": {"model_type": "x" * 500_000, "hidden_size": 64}}
+    r = client.post("/v1/estimate/inference", json=body)
+    assert r.status_code == 422
+    assert len(r.content) < 4096  # the value is cut, not echoed (twice) in full
+    assert r.json()["errors"][0]["field"] == "model_type"

@@ -61,7 +61,7 @@ def list_models(
     "/{model_id:path}",
     response_model=ModelRecord,
     summary="One model by Hugging Face id (case-insensitive; may contain `/`)",
-    responses=problem_responses(404),
+    responses=problem_responses(404, 422),
 )
 def get_model(
     model_id: str, catalog: Annotated[ModelCatalog, Depends(get_model_catalog)]
