@@ -29,7 +29,10 @@ def inference_request(body: InferenceRequestBody) -> InferenceRequest:
         weight_format=body.weight_format,
         kv_cache_dtype=body.kv_cache_dtype,
         batch_size=body.batch_size,
-        sequence_length=body.sequence_length,
+        # Unset: the engine's default (vLLM / SGLang: the context it is configured for).
+        sequence_length=(
+            body.sequence_length if "sequence_length" in body.model_fields_set else None
+        ),
         prompt_tokens=body.prompt_tokens,
         concurrency=body.concurrency,
         engine=body.engine,

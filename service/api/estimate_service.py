@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from service.api.convert import finetune_request, inference_request
 from service.api.metrics import Metrics
 from service.api.render import render_estimate
-from service.api.resolve import resolve_gpu, resolve_model
+from service.api.resolve import ad_hoc_gpu, resolve_gpu, resolve_model
 from service.api.schemas.estimates import (
     EstimateResponse,
     FinetuneRequestBody,
@@ -44,12 +44,18 @@ def run_estimate(
     """Resolve, answer, count: the rendered answer and its domain-metric labels."""
     started = time.perf_counter()
     model = resolve_model(body, catalogs.models)
-    gpu = resolve_gpu(catalogs.gpus, body.gpu) if body.gpu else None
+    gpu = None
+    if body.gpu is not None:
+        gpu = resolve_gpu(catalogs.gpus, body.gpu)
+    elif body.gpu_memory_bytes is not None:
+        gpu = ad_hoc_gpu(body.gpu_memory_bytes)
     if isinstance(body, InferenceRequestBody):
         kind = "inference"
         if body.gpu_count is not None and gpu is None:
             raise InvalidRequest(
-                "`gpu_count` needs a `gpu` to check the fit on; name the GPU type", field="gpu"
+                "`gpu_count` needs a GPU to check the fit on: name it with `gpu` (or give "
+                "`gpu_memory_bytes`)",
+                field="gpu",
             )
         answer = answer_inference(
             model,

@@ -16,12 +16,14 @@ from service.api.schemas.estimates import (
     FinetuneDetails,
     FitOut,
     InferenceDetails,
+    LayoutOut,
     PerGpu,
     ResolvedModel,
 )
 from service.estimator.answer import ESTIMATOR_VERSION, Answer, ModelSpec
 from service.estimator.memo import memoized
 from service.estimator.model import Architecture
+from service.estimator.parallel import Layout
 
 __all__ = ["render_estimate"]
 
@@ -30,6 +32,14 @@ __all__ = ["render_estimate"]
 def _architecture_fields(arch: Architecture) -> dict[str, Any]:
     # Cached: rendering walks every field of a frozen architecture; nothing mutates the dict.
     return arch.as_dict()
+
+
+def _layout(layout: Layout) -> LayoutOut:
+    return LayoutOut.model_construct(
+        tensor_parallel_size=layout.tensor,
+        pipeline_parallel_size=layout.pipeline,
+        data_parallel_size=layout.data,
+    )
 
 
 def render_estimate(kind: str, model: ModelSpec, answer: Answer) -> EstimateResponse:
@@ -56,6 +66,9 @@ def render_estimate(kind: str, model: ModelSpec, answer: Answer) -> EstimateResp
         else FitOut.model_construct(
             gpu=fit.gpu,
             gpu_count=fit.gpu_count,
+            reason=fit.reason,
+            reason_detail=fit.reason_detail,
+            layout=_layout(fit.layout) if fit.layout else None,
             usable_bytes=fit.usable_bytes,
             required_bytes=fit.required_bytes,
             fits=fit.fits,
@@ -63,6 +76,8 @@ def render_estimate(kind: str, model: ModelSpec, answer: Answer) -> EstimateResp
             min_gpu_count=fit.min_gpu_count,
             max_batch_size=fit.max_batch_size,
             max_sequence_length=fit.max_sequence_length,
+            min_gpu_layout=_layout(fit.min_gpu_layout) if fit.min_gpu_layout else None,
+            engine_args=None if fit.engine_args is None else list(fit.engine_args),
         ),
         capacity=None
         if cap is None

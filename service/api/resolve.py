@@ -10,13 +10,14 @@ from __future__ import annotations
 from functools import lru_cache
 
 from service.api.schemas.estimates import ModelSelector
-from service.catalog.gpu_catalog import GpuCatalog
+from service.catalog.gpu_catalog import AdHocGpu, GpuCatalog, derived_cuda_total
 from service.catalog.model_catalog import ModelCatalog
-from service.estimator.answer import GpuTarget, ModelSpec
+from service.estimator.answer import ModelSpec
+from service.estimator.gpu import GpuSpec
 from service.estimator.memo import memoized
 from service.estimator.model import Architecture, read_config
 
-__all__ = ["resolve_gpu", "resolve_model"]
+__all__ = ["ad_hoc_gpu", "resolve_gpu", "resolve_model"]
 
 
 def resolve_model(body: ModelSelector, catalog: ModelCatalog) -> ModelSpec:
@@ -46,8 +47,33 @@ def _posted_model(arch: Architecture, label: str | None) -> ModelSpec:
 
 
 @lru_cache(maxsize=512)
-def resolve_gpu(catalog: GpuCatalog, ref: str) -> GpuTarget:
-    gpu, mig = catalog.resolve(ref)
-    if mig is None:
-        return GpuTarget(gpu.id, gpu.name, gpu.memory_bytes)
-    return GpuTarget(f"{gpu.id}/{mig.name}", f"{gpu.name} MIG {mig.name}", mig.memory_bytes)
+def resolve_gpu(catalog: GpuCatalog, ref: str) -> GpuSpec:
+    """A catalog GPU (id, alias, GFD label, ``id/profile``) as the estimator judges it."""
+    match = catalog.resolve(ref)
+    gpu = match.gpu
+    cc = None
+    if gpu.compute_capability:
+        major, _, minor = gpu.compute_capability.partition(".")
+        cc = (int(major), int(minor or 0))
+    return GpuSpec(
+        ref=match.target_id,
+        name=match.display_name,
+        total_bytes=match.cuda_total_bytes,
+        compute_capability=cc,
+        bf16=gpu.bf16,
+        fp8=gpu.fp8,
+        mig_profile=match.mig_profile.name if match.mig_profile else None,
+        mig_max_instances=match.mig_profile.max_instances if match.mig_profile else None,
+        shared=match.shared,
+    )
+
+
+def ad_hoc_gpu(memory_bytes: int) -> GpuSpec:
+    """A GPU known only by the total its driver reports (e.g. GFD's nvidia.com/gpu.memory):
+    its CUDA total by the catalog's derivation rule; capabilities unknown, so not checked."""
+    spec = AdHocGpu(memory_bytes)
+    return GpuSpec(
+        ref=f"memory:{memory_bytes}",
+        name=f"a GPU of {memory_bytes / 2**30:.2f} GiB",
+        total_bytes=derived_cuda_total(spec.memory_bytes),
+    )

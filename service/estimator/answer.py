@@ -1,7 +1,7 @@
 """Answers one estimate request: picks the estimator, runs it, checks the fit, writes the summary.
 
 The HTTP layer resolves names (catalog model, posted config, GPU) into a :class:`ModelSpec` and
-a :class:`GpuTarget`, builds the typed request (:class:`InferenceRequest` or
+a :class:`GpuSpec`, builds the typed request (:class:`InferenceRequest` or
 :class:`FinetuneRequest`) and calls :func:`answer_inference` or :func:`answer_finetune`;
 everything after that is here.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from service.estimator.gpu import GpuSpec
 from service.estimator.inference import InferenceRequest, estimate_inference, fit_inference
 from service.estimator.model import Architecture, count_parameters
 from service.estimator.result import Estimate, Fit
@@ -28,7 +29,7 @@ from service.estimator.version import ESTIMATOR_VERSION
 __all__ = [
     "ESTIMATOR_VERSION",
     "Answer",
-    "GpuTarget",
+    "GpuSpec",
     "ModelSpec",
     "answer_finetune",
     "answer_inference",
@@ -63,13 +64,6 @@ class ModelSpec:
 
 
 @dataclass(frozen=True, slots=True)
-class GpuTarget:
-    ref: str  # the catalog id, with `/profile` for a MIG slice
-    name: str  # for people
-    memory_bytes: int  # what the driver reports as total for it
-
-
-@dataclass(frozen=True, slots=True)
 class Answer:
     estimate: Estimate
     fit: Fit | None
@@ -91,7 +85,7 @@ def _simple_model(model: ModelSpec, assumptions: list[str], estimator: str) -> S
 
 
 def _finish(
-    model: ModelSpec, estimate: Estimate, fit: Fit | None, gpu: GpuTarget | None, extra: list[str]
+    model: ModelSpec, estimate: Estimate, fit: Fit | None, gpu: GpuSpec | None, extra: list[str]
 ) -> Answer:
     assumptions = (*extra, *estimate.assumptions, *(fit.assumptions if fit else ()))
     if model.architecture is not None:
@@ -105,7 +99,7 @@ def answer_inference(
     request: InferenceRequest,
     *,
     estimator: str,
-    gpu: GpuTarget | None,
+    gpu: GpuSpec | None,
     gpu_count: int | None,
 ) -> Answer:
     """Estimate (and fit, with a GPU) ``request`` for ``model``; the request's architecture
@@ -125,14 +119,13 @@ def answer_inference(
                 tensor_parallel_size=gpus,
             )
 
-        batch, seq = request.batch_size, request.sequence_length
+        batch, seq = request.batch_size, request.sequence_length or 2048
         estimate = estimate_for(model_gpus, batch, seq)
         fit = None
         if gpu is not None:
             fit = simple_fit(
                 estimate_for,
-                gpu_label=gpu.ref,
-                gpu_memory_bytes=gpu.memory_bytes,
+                gpu=gpu,
                 gpu_count=gpu_count or model_gpus,
                 batch_size=batch,
                 sequence_length=seq,
@@ -144,7 +137,8 @@ def answer_inference(
     request = dataclasses.replace(
         request,
         architecture=model.architecture,
-        gpu_memory_bytes=gpu.memory_bytes if gpu else None,
+        gpu_memory_bytes=gpu.total_bytes if gpu else None,
+        gpu=gpu,
     )
     estimate = estimate_inference(request)
     fit = fit_inference(request, gpu.ref, gpu_count) if gpu is not None else None
@@ -156,7 +150,7 @@ def answer_finetune(
     request: FinetuneRequest,
     *,
     estimator: str,
-    gpu: GpuTarget | None,
+    gpu: GpuSpec | None,
 ) -> Answer:
     """Estimate (and fit, with a GPU) ``request`` for ``model``."""
     extra: list[str] = []
@@ -180,8 +174,7 @@ def answer_finetune(
         if gpu is not None:
             fit = simple_fit(
                 estimate_for,
-                gpu_label=gpu.ref,
-                gpu_memory_bytes=gpu.memory_bytes,
+                gpu=gpu,
                 gpu_count=request.gpu_count,
                 batch_size=batch,
                 sequence_length=seq,
@@ -192,5 +185,5 @@ def answer_finetune(
 
     request = dataclasses.replace(request, architecture=model.architecture)
     estimate = estimate_finetune(request)
-    fit = fit_finetune(request, gpu.memory_bytes, gpu.ref) if gpu is not None else None
+    fit = fit_finetune(request, gpu) if gpu is not None else None
     return _finish(model, estimate, fit, gpu, extra)

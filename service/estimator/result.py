@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
+
+from service.estimator.parallel import Layout
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,9 +53,50 @@ class Estimate:
         return sum(self.per_gpu.values())
 
 
+class FitReason(StrEnum):
+    """Why a request fits or not: the first check that fails, in this order."""
+
+    FITS = "fits"
+    INVALID_LAYOUT = "invalid_layout"
+    MIG_CANNOT_SPAN = "mig_cannot_span"
+    DTYPE_UNSUPPORTED = "dtype_unsupported"
+    WEIGHTS_EXCEED_MEMORY = "weights_exceed_memory"
+    ENGINE_BUDGET_EXHAUSTED = "engine_budget_exhausted"
+    OUTSIDE_BUDGET_EXCEEDED = "outside_budget_exceeded"
+    KV_POOL_BELOW_ONE_SEQUENCE = "kv_pool_below_one_sequence"
+    WORKLOAD_EXCEEDS_MEMORY = "workload_exceeds_memory"
+
+
+#: What each reason means, for people (the summary and the docs use these words).
+REASON_TEXT: Mapping[FitReason, str] = {
+    FitReason.FITS: "fits",
+    FitReason.INVALID_LAYOUT: "the engine cannot run this parallel layout",
+    FitReason.MIG_CANNOT_SPAN: "one process sees one MIG slice; NCCL does not span MIG instances",
+    FitReason.DTYPE_UNSUPPORTED: "the GPU cannot run this dtype or quantization",
+    FitReason.WEIGHTS_EXCEED_MEMORY: "the weights alone exceed the usable memory",
+    FitReason.ENGINE_BUDGET_EXHAUSTED: (
+        "weights and the engine's fixed reserve leave no memory for the KV cache"
+    ),
+    FitReason.OUTSIDE_BUDGET_EXCEEDED: (
+        "the memory the engine's budget leaves cannot hold its CUDA context and graphs"
+    ),
+    FitReason.KV_POOL_BELOW_ONE_SEQUENCE: (
+        "the KV-cache pool holds less than one sequence of the maximum length: the engine "
+        "refuses to start"
+    ),
+    FitReason.WORKLOAD_EXCEEDS_MEMORY: "the requested batch and sequence length exceed memory",
+}
+
+
 @dataclass(frozen=True, slots=True)
 class Fit:
-    """Whether an estimate fits a GPU type and count, and the inverse answers."""
+    """Whether an estimate fits a GPU type and count, and the inverse answers.
+
+    ``reason`` is the first check that fails (``fits`` when none does) and ``reason_detail``
+    its figures; ``layout`` is the parallel layout judged; ``min_gpu_layout`` the layout of
+    ``min_gpu_count``, one the engine can run; ``engine_args`` the engine flags of a setup that
+    fits (the judged one, else the minimal one), None for engines without a command line.
+    """
 
     gpu: str
     gpu_count: int
@@ -64,3 +108,8 @@ class Fit:
     max_batch_size: int | None
     max_sequence_length: int | None
     assumptions: tuple[str, ...] = ()
+    reason: FitReason = FitReason.FITS
+    reason_detail: str = ""
+    layout: Layout | None = None
+    min_gpu_layout: Layout | None = None
+    engine_args: tuple[str, ...] | None = None

@@ -21,7 +21,9 @@ from dataclasses import dataclass
 
 from service.estimator.errors import InvalidRequest
 from service.estimator.formats import get_format
-from service.estimator.result import Estimate, Fit
+from service.estimator.gpu import GpuSpec
+from service.estimator.parallel import Layout
+from service.estimator.result import Estimate, Fit, FitReason
 from service.estimator.search import largest_true
 from service.estimator.units import cdiv
 
@@ -185,34 +187,47 @@ def _split(
 def simple_fit(
     estimate_for: Callable[[int, int, int], Estimate],
     *,
-    gpu_label: str,
-    gpu_memory_bytes: int,
+    gpu: GpuSpec,
     gpu_count: int,
     batch_size: int,
     sequence_length: int,
     max_sequence_length: int,
     gpu_counts: list[int],
 ) -> Fit:
-    """Fit of a simple estimate: `estimate_for(gpus, batch, seq)` re-estimates at other sizes."""
-    if gpu_memory_bytes <= 0:
+    """Fit of a simple estimate: `estimate_for(gpus, batch, seq)` re-estimates at other sizes.
+    The rules split the model evenly over the GPUs (a tensor-parallel layout); on a MIG slice
+    a process holds one slice, so only one GPU is a layout."""
+    usable = gpu.total_bytes
+    if usable <= 0:
         raise InvalidRequest("the GPU reports no memory", field="gpu")
 
     def fits(gpus: int, batch: int, seq: int) -> bool:
-        return estimate_for(gpus, batch, seq).per_gpu_bytes <= gpu_memory_bytes
+        return estimate_for(gpus, batch, seq).per_gpu_bytes <= usable
 
     est = estimate_for(gpu_count, batch_size, sequence_length)
     required = est.per_gpu_bytes
+    counts = [1] if gpu.is_mig else gpu_counts
+    min_count = next((g for g in counts if fits(g, batch_size, sequence_length)), None)
+    if gpu.is_mig and gpu_count > 1:
+        reason = FitReason.MIG_CANNOT_SPAN
+    elif required > usable:
+        reason = FitReason.WORKLOAD_EXCEEDS_MEMORY
+    else:
+        reason = FitReason.FITS
     return Fit(
-        gpu=gpu_label,
+        gpu=gpu.ref,
         gpu_count=gpu_count,
-        usable_bytes=gpu_memory_bytes,
+        usable_bytes=usable,
         required_bytes=required,
-        fits=required <= gpu_memory_bytes,
-        headroom_bytes=gpu_memory_bytes - required,
-        min_gpu_count=next((g for g in gpu_counts if fits(g, batch_size, sequence_length)), None),
+        fits=reason is FitReason.FITS,
+        headroom_bytes=usable - required,
+        min_gpu_count=min_count,
         max_batch_size=largest_true(lambda b: fits(gpu_count, b, sequence_length), 1, 1 << 20),
         max_sequence_length=largest_true(
             lambda s: fits(gpu_count, batch_size, s), 1, max_sequence_length
         ),
-        assumptions=("usable memory: the driver's total (the simple rules reserve nothing)",),
+        assumptions=("usable memory: the CUDA total (the simple rules reserve nothing)",),
+        reason=reason,
+        layout=Layout(gpu_count),
+        min_gpu_layout=None if min_count is None else Layout(min_count),
     )

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from service.estimator.result import Estimate, Fit
+from service.estimator.parallel import Layout
+from service.estimator.result import REASON_TEXT, Estimate, Fit
 
 COMPONENT_LABELS = {
     "weights": "weights",
@@ -37,15 +38,27 @@ def summarize(model_name: str, estimate: Estimate, fit: Fit | None, gpu_name: st
     if fit is None:
         return head
     label = gpu_name or fit.gpu
+    on = f"{fit.gpu_count} x {label}{_as(fit.layout)}"
     if fit.fits:
-        verdict = f"fits {fit.gpu_count} x {label}, {gb(fit.headroom_bytes)} GB free"
+        return f"{head}; fits {on}, {gb(fit.headroom_bytes)} GB free"
+    verdict = f"does not fit {on}: {REASON_TEXT[fit.reason]}"
+    if fit.min_gpu_count is not None:
+        verdict += f"; fits on {fit.min_gpu_count}{_as(fit.min_gpu_layout)}"
     else:
-        verdict = (
-            f"does not fit {fit.gpu_count} x {label} (needs {gb(fit.required_bytes)} GB of "
-            f"{gb(fit.usable_bytes)} GB usable per GPU)"
-        )
-        if fit.min_gpu_count is not None:
-            verdict += f"; fits on {fit.min_gpu_count}"
-        else:
-            verdict += "; no GPU count fits"
+        verdict += "; no GPU count fits"
     return f"{head}; {verdict}"
+
+
+def _as(layout: Layout | None) -> str:
+    """ " as TP 2 × PP 2" (and replicas) for a layout that splits the model, else empty."""
+    if layout is None or layout.gpus == 1:
+        return ""
+    parts = []
+    if layout.tensor > 1:
+        parts.append(f"TP {layout.tensor}")
+    if layout.pipeline > 1:
+        parts.append(f"PP {layout.pipeline}")
+    text = " × ".join(parts) or "TP 1"
+    if layout.data > 1:
+        text += f", {layout.data} replicas"
+    return f" as {text}"

@@ -31,6 +31,7 @@ from service.estimator.formats import KV_CACHE_DTYPES, WEIGHT_FORMATS
 from service.estimator.inference.setup import ATTENTION
 from service.estimator.parallel import MAX_GPU_COUNT
 from service.estimator.parallel import MAX_PARALLEL as _MAX_PARALLEL
+from service.estimator.result import REASON_TEXT, FitReason
 
 WeightFormat = Literal[WEIGHT_FORMATS]  # type: ignore[valid-type]
 KvCacheDtype = Literal[KV_CACHE_DTYPES]  # type: ignore[valid-type]
@@ -53,6 +54,19 @@ MIN_PARAMETERS = 1_000
 MAX_PARAMETERS = 100 * 10**12
 
 PositiveCount = Annotated[float | int, Field(ge=MIN_PARAMETERS, le=MAX_PARAMETERS)]
+MIN_GPU_MEMORY = 2**20
+MAX_GPU_MEMORY = 2**50
+
+GPU_DESCRIPTION = (
+    "The GPU to check the fit on: a catalog id or alias, `id/mig-profile`, or the GPU Feature "
+    "Discovery value of `nvidia.com/gpu.product` (with its `-MIG-<profile>` form under the "
+    "single strategy, or `-SHARED` for time-slicing)."
+)
+GPU_MEMORY_DESCRIPTION = (
+    "A GPU that is not in the catalog, by the total its driver reports, in bytes (e.g. GFD's "
+    "`nvidia.com/gpu.memory` MiB × 2^20); instead of `gpu`. Its capabilities are unknown and "
+    "not checked."
+)
 
 
 # JSON Schema for "exactly one of the three names the model".
@@ -73,6 +87,11 @@ ParameterCount = (
     Annotated[int, Field(ge=MIN_PARAMETERS, le=MAX_PARAMETERS)]
     | Annotated[float, Field(ge=MIN_PARAMETERS, le=MAX_PARAMETERS)]
 )
+
+
+def _one_gpu(gpu: str | None, memory: int | None) -> None:
+    if gpu is not None and memory is not None:
+        raise ValueError("name the GPU with one of `gpu` or `gpu_memory_bytes`, not both")
 
 
 class ModelSelector(RequestModel):
@@ -195,7 +214,12 @@ class InferenceRequestBody(ModelSelector):
     kv_cache_dtype: KvCacheDtype = Field("auto", description="`auto`: the activation dtype.")
     batch_size: int = Field(1, ge=1, le=MAX_BATCH, description="Sequences per request.")
     sequence_length: int = Field(
-        2048, ge=1, le=MAX_SEQUENCE, description="Tokens per sequence, prompt plus output."
+        2048,
+        ge=1,
+        le=MAX_SEQUENCE,
+        description="Tokens per sequence, prompt plus output. Default: 2048; with vLLM and "
+        "SGLang the context the engine is configured for (max_model_len / context_length, "
+        "which default to the model's derived maximum, as `vllm serve` does).",
     )
     prompt_tokens: int | None = Field(
         None,
@@ -222,16 +246,29 @@ class InferenceRequestBody(ModelSelector):
     gpu: str | None = Field(
         None,
         min_length=1,
-        max_length=100,
-        description="A catalog GPU id, or `id/mig-profile`, to check the fit on.",
-        examples=["h100-sxm-80gb", "a100-sxm4-80gb/3g.40gb"],
+        max_length=200,
+        description=GPU_DESCRIPTION,
+        examples=["h100-sxm-80gb", "NVIDIA-H100-80GB-HBM3", "a100-sxm4-80gb/3g.40gb"],
+    )
+    gpu_memory_bytes: int | None = Field(
+        None,
+        ge=MIN_GPU_MEMORY,
+        le=MAX_GPU_MEMORY,
+        description=GPU_MEMORY_DESCRIPTION,
     )
     gpu_count: int | None = Field(
         None,
         ge=1,
         le=MAX_GPUS,
-        description="GPUs to check the fit on; default: tensor × pipeline parallel size.",
+        description="GPUs to check the fit on; default: tensor × pipeline parallel size. "
+        "Without a layout, the smallest layout the engine runs that fits, replicated over "
+        "the rest.",
     )
+
+    @model_validator(mode="after")
+    def _one_gpu_given(self) -> InferenceRequestBody:
+        _one_gpu(self.gpu, self.gpu_memory_bytes)
+        return self
 
     @field_validator("prompt_tokens")
     @classmethod
@@ -321,10 +358,21 @@ class FinetuneRequestBody(ModelSelector):
     gpu: str | None = Field(
         None,
         min_length=1,
-        max_length=100,
-        description="A catalog GPU id, or `id/mig-profile`, to check the fit on.",
-        examples=["a100-sxm4-80gb"],
+        max_length=200,
+        description=GPU_DESCRIPTION,
+        examples=["a100-sxm4-80gb", "NVIDIA-A100-SXM4-80GB"],
     )
+    gpu_memory_bytes: int | None = Field(
+        None,
+        ge=MIN_GPU_MEMORY,
+        le=MAX_GPU_MEMORY,
+        description=GPU_MEMORY_DESCRIPTION,
+    )
+
+    @model_validator(mode="after")
+    def _one_gpu_given(self) -> FinetuneRequestBody:
+        _one_gpu(self.gpu, self.gpu_memory_bytes)
+        return self
 
     @field_validator("sequence_length")
     @classmethod
@@ -359,16 +407,42 @@ class PerGpu(ResponseModel):
     total_bytes: int = Field(description="Sum of `breakdown`.")
 
 
+class LayoutOut(ResponseModel):
+    """A parallel layout: GPUs = tensor × pipeline × data parallel sizes."""
+
+    tensor_parallel_size: int = Field(description="GPUs one layer is split over.")
+    pipeline_parallel_size: int = Field(description="Stages the layers are split into.")
+    data_parallel_size: int = Field(description="Replicas of the model.")
+
+
 class FitOut(ResponseModel):
     """Whether the estimate fits the GPU type and count, and the inverse answers."""
 
     gpu: str = Field(description="The GPU judged: catalog id, with `/profile` for a MIG slice.")
     gpu_count: int = Field(description="GPUs judged (TP × PP × data-parallel replicas).")
+    reason: FitReason = Field(
+        description="Why it fits or not: the first check that fails, in this order: "
+        + ", ".join(f"`{r.value}` ({REASON_TEXT[r]})" for r in FitReason)
+        + "."
+    )
+    reason_detail: str = Field(description="The figures behind `reason` (empty when it fits).")
+    layout: LayoutOut | None = Field(description="The parallel layout judged.")
     usable_bytes: int = Field(description="Per GPU: what the driver reports, less engine reserve.")
     required_bytes: int = Field(description="Per GPU, on the most loaded one.")
     fits: bool = Field(description="Whether the request fits as asked.")
     headroom_bytes: int = Field(description="usable − required; negative when it does not fit.")
-    min_gpu_count: int | None = Field(description="Fewest GPUs that fit; null if none does.")
+    min_gpu_count: int | None = Field(
+        description="Fewest GPUs of a layout the engine can run on which it fits; null if none."
+    )
+    min_gpu_layout: LayoutOut | None = Field(
+        description="The layout of `min_gpu_count`: posted back as tensor_parallel_size and "
+        "pipeline_parallel_size, it fits."
+    )
+    engine_args: list[str] | None = Field(
+        description="vLLM / SGLang: the engine's flags for a setup that fits (the judged one, "
+        "else the minimal layout, else a shorter context), as the exact strings it accepts; "
+        "null for engines without a command line or when nothing fits."
+    )
     max_batch_size: int | None = Field(description="Largest batch that fits; null if none.")
     max_sequence_length: int | None = Field(description="Longest sequence that fits.")
 

@@ -18,18 +18,55 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from service.estimator.engines.overhead import OverheadTerms, framework_overhead
 from service.estimator.errors import InvalidRequest
+from service.estimator.units import normalize_dtype
 from service.estimator.weights import Placement
 
 if TYPE_CHECKING:
+    from service.estimator.formats import WeightFormat
     from service.estimator.forward import ForwardCoefficients
+    from service.estimator.gpu import GpuSpec
     from service.estimator.inference.setup import ServingSetup, Stage
     from service.estimator.kv_cache import KvLayout
     from service.estimator.model import Architecture
     from service.estimator.result import Capacity
 
-__all__ = ["Engine", "EngineContext", "EngineSettings", "Option", "StageBuild"]
+__all__ = [
+    "DtypeChoice",
+    "Engine",
+    "EngineContext",
+    "EngineSettings",
+    "Option",
+    "StageArgs",
+    "StageBuild",
+    "activation_dtype",
+    "tp_sizes_dividing_widths",
+]
 
 OptionValue = float | int | bool | str
+
+
+def activation_dtype(arch: Architecture, fmt: WeightFormat) -> str:
+    """The dtype activations run in: a plain format's own; for a quantized one the 16-bit type
+    the format or the checkpoint names (bf16 if none)."""
+    if not fmt.quantized:
+        return fmt.name
+    for candidate in (fmt.dense_dtype, normalize_dtype(arch.dtype)):
+        if candidate in ("bf16", "fp16"):
+            return candidate
+    return "bf16"
+
+
+def tp_sizes_dividing_widths(arch: Architecture, vocab_padding: int) -> tuple[int, ...]:
+    """TP sizes whose column/row-parallel layers split evenly: the heads rule, plus the dense
+    MLP width, the routed experts' width and the vocabulary padded to ``vocab_padding`` (the
+    ``divide`` assertions of vLLM's parallel layers, which SGLang's copies keep)."""
+    padded_vocab = -(-arch.vocab_size // vocab_padding) * vocab_padding
+    widths = [padded_vocab]
+    if arch.num_dense_layers:
+        widths.append(arch.intermediate_size)
+    if arch.moe is not None:
+        widths.append(arch.moe.expert_intermediate_size)
+    return tuple(t for t in arch.valid_tensor_parallel_sizes if all(w % t == 0 for w in widths))
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +143,16 @@ class EngineSettings:
                 return value
         raise KeyError(name)
 
+    def with_values(self, **changes: OptionValue) -> EngineSettings:
+        """These settings with some options changed (each as if the caller had set it)."""
+        values = dict(self.values)
+        for name in changes:
+            if name not in values:
+                raise KeyError(name)
+        values.update(changes)
+        explicit = tuple(sorted({*self.explicit, *changes}))
+        return EngineSettings(self.engine, tuple(sorted(values.items())), explicit)
+
     def get(self, name: str, default: Any = None) -> Any:
         for key, value in self.values:
             if key == name:
@@ -122,6 +169,20 @@ class EngineContext:
 
     architecture: Architecture
     gpu_memory_bytes: int | None
+    gpu: GpuSpec | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DtypeChoice:
+    """How an engine runs a checkpoint on a GPU: the dtype it computes in, the format it keeps
+    the weights in when that differs from the checkpoint's (a float32 checkpoint served in
+    16 bits, a quantized one dequantized where its kernels cannot run), and why the GPU cannot
+    run it at all (None: it can)."""
+
+    activation: str
+    weights: str | None = None
+    notes: tuple[str, ...] = ()
+    unsupported: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +206,8 @@ class Engine:
     budget_option: ClassVar[str | None] = None
     # Fused MoE and attention kernels: no eager score matrices, fused_moe's shared buffer.
     fused_kernels: ClassVar[bool] = False
+    # The option holding the longest sequence the engine is configured for (None: none).
+    context_option: ClassVar[str | None] = None
 
     # ---- options --------------------------------------------------------------------
 
@@ -187,6 +250,31 @@ class Engine:
 
     def budget_fraction(self, s: EngineSettings) -> float:
         return 1.0 if self.budget_option is None else float(s[self.budget_option])
+
+    def resolve_dtype(
+        self,
+        arch: Architecture,
+        fmt: WeightFormat,
+        s: EngineSettings,
+        gpu: GpuSpec | None,
+        named: bool = False,
+    ) -> DtypeChoice:
+        """Plain PyTorch: the checkpoint's dtype (quantized formats compute in 16 bits).
+        ``named``: the request named the weight format (a plain one is then the dtype to run)."""
+        return DtypeChoice(activation_dtype(arch, fmt))
+
+    def valid_tensor_parallel_sizes(self, arch: Architecture) -> tuple[int, ...]:
+        """TP sizes the engine can run the model at (the heads split evenly; KV heads
+        split or replicated)."""
+        return arch.valid_tensor_parallel_sizes
+
+    def default_sequence_length(self, s: EngineSettings) -> int:
+        """The sequence length a request that names none is judged at."""
+        return 2048
+
+    def command_args(self, s: EngineSettings, tp: int, pp: int, kv_cache_dtype: str) -> list[str]:
+        """The engine's own command-line flags for these settings (empty: no command line)."""
+        return []
 
     # ---- setup ----------------------------------------------------------------------
 

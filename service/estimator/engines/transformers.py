@@ -9,6 +9,9 @@ What differs from :mod:`.generic`:
 - GPTQ 4-bit runs on exllama v2 (AutoGPTQ / optimum), whose per-GPU scratch is the largest
   quantized layer dequantized to fp16 plus its fp32 output for ``EXLLAMA_MAX_INPUT_LENGTH``
   (2048) input tokens, the size its ``exllama_set_max_input_length`` default reserves;
+- checkpoints whose kernels the GPU lacks are dequantized to bf16 at load: fine-grained fp8
+  below compute capability 8.9 (``FineGrainedFP8HfQuantizer.validate_environment``), mxfp4
+  below 7.5 (``Mxfp4HfQuantizer``): their weights then take 2 bytes each;
 - options for older releases: ``logits_fp32_upcast`` (before 4.45 the all-position logits are
   upcast to fp32 inside the forward) and ``rope_cache_per_layer`` (before 4.40 every layer keeps
   cos and sin caches of ``max_position_embeddings`` rows in the model dtype).
@@ -18,9 +21,17 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from service.estimator.engines.base import EngineSettings, Option, StageArgs, StageBuild
+from service.estimator.engines.base import (
+    DtypeChoice,
+    EngineSettings,
+    Option,
+    StageArgs,
+    StageBuild,
+)
 from service.estimator.engines.generic import LOGITS_ALL_POSITIONS, GenericEngine
 from service.estimator.engines.overhead import OverheadTerms, framework_overhead
+from service.estimator.formats import WeightFormat
+from service.estimator.gpu import GpuSpec
 from service.estimator.model import Architecture
 from service.estimator.units import GIB, MIB
 from service.estimator.weights import Placement
@@ -29,6 +40,13 @@ __all__ = ["EXLLAMA_MAX_INPUT_LENGTH", "TransformersEngine", "exllama_scratch_by
 
 # exllama v2 (AutoGPTQ / optimum) sizes its per-device scratch for this many input tokens.
 EXLLAMA_MAX_INPUT_LENGTH = 2048
+# Below these compute capabilities transformers dequantizes the checkpoint to bf16 at load.
+_NATIVE_CAPABILITY = {
+    "fp8-block": (8, 9),
+    "fp8-tensor": (8, 9),
+    "fp8-channel": (8, 9),
+    "mx": (7, 5),
+}
 
 
 def exllama_scratch_bytes(arch: Architecture, tp: int) -> int:
@@ -74,6 +92,25 @@ class TransformersEngine(GenericEngine):
 
     def logits_fp32(self, s: EngineSettings) -> bool:
         return bool(s["logits_fp32_upcast"])
+
+    def resolve_dtype(
+        self,
+        arch: Architecture,
+        fmt: WeightFormat,
+        s: EngineSettings,
+        gpu: GpuSpec | None,
+        named: bool = False,
+    ) -> DtypeChoice:
+        choice = super().resolve_dtype(arch, fmt, s, gpu, named)
+        needed = _NATIVE_CAPABILITY.get(fmt.kind)
+        cc = gpu.compute_capability if gpu is not None else None
+        if needed is None or cc is None or cc >= needed:
+            return choice
+        note = (
+            f"{fmt.name} needs compute capability {needed[0]}.{needed[1]} in transformers; the "
+            f"GPU has {cc[0]}.{cc[1]}, so the checkpoint is dequantized to bf16 at load"
+        )
+        return DtypeChoice("bf16", "bf16", (*choice.notes, note), choice.unsupported)
 
     def first_stage_logit_rows(self, s: EngineSettings, prompt: int) -> int:
         return prompt if s["logits_all_positions"] else 1

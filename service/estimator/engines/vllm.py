@@ -19,7 +19,18 @@ multimodal model is built on every pipeline rank.
 
 Defaults as vLLM's ``EngineArgs`` picks them for the OpenAI server: on GPUs of at least 70 GiB
 ``max_num_batched_tokens`` 8192 and ``max_num_seqs`` 1024, else 2048 and 256; ``block_size``
-16; ``gpu_memory_utilization`` 0.9.
+16; ``gpu_memory_utilization`` 0.9; ``max_model_len`` the model's derived maximum
+(:func:`derived_max_model_len`), and a request that names no sequence length is judged at it,
+as ``vllm serve`` without ``--max-model-len`` is. ``--dtype auto`` as
+``ModelConfig._resolve_auto_dtype`` resolves it (vLLM 0.10.1 and later): the checkpoint's
+dtype when the GPU supports it, a float32 checkpoint in the first 16-bit type the GPU and the
+model support (bf16 from compute capability 8.0, else fp16; never fp16 for models whose
+activations overflow it), bf16 on a GPU without it in fp16 (or fp32 for those models).
+Quantization methods need the compute capability their kernels need
+(``QuantizationConfig.get_min_capability`` in vLLM 0.11.2); fp8 weights below 8.9 run on the
+weight-only Marlin path, whose memory is the same. TP must divide the attention heads, the KV
+heads (or be a multiple of them), the MLP and expert widths and the 64-padded vocabulary
+(vLLM's ``divide`` assertions), and stay within one node's NVLink domain.
 """
 
 from __future__ import annotations
@@ -30,6 +41,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from service.estimator.calibration import value
 from service.estimator.engines.base import (
+    DtypeChoice,
     Engine,
     EngineContext,
     EngineSettings,
@@ -37,6 +49,8 @@ from service.estimator.engines.base import (
     OptionValue,
     StageArgs,
     StageBuild,
+    activation_dtype,
+    tp_sizes_dividing_widths,
 )
 from service.estimator.engines.overhead import (
     OverheadTerms,
@@ -45,13 +59,16 @@ from service.estimator.engines.overhead import (
     framework_overhead,
 )
 from service.estimator.engines.vllm_kv import VllmKvGroups, vllm_groups
+from service.estimator.errors import InvalidRequest
+from service.estimator.formats import WeightFormat
 from service.estimator.model import Architecture
 from service.estimator.result import Capacity
-from service.estimator.units import GIB, MIB
+from service.estimator.units import GIB, MIB, normalize_dtype
 from service.estimator.weights import Placement
 
 if TYPE_CHECKING:
     from service.estimator.forward import ForwardCoefficients
+    from service.estimator.gpu import GpuSpec
     from service.estimator.inference.setup import ServingSetup, Stage
 
 __all__ = ["LARGE_GPU_BYTES", "MLA_WORKSPACE_BYTES", "VllmEngine", "sampler_peak"]
@@ -61,6 +78,54 @@ LARGE_GPU_BYTES = 70 * GIB
 # FLASHINFER_MLA_WORKSPACE_BUFFER_SIZE, allocated when flashinfer_mla.py is imported.
 MLA_WORKSPACE_BYTES = 128 * MIB
 VOCAB_PADDING = 64
+# When a config names no context length at all.
+FALLBACK_MAX_MODEL_LEN = 2048
+# Rope types whose max_position_embeddings already is the scaled context (no factor applied).
+_UNSCALED_ROPE = frozenset({"su", "longrope", "llama3"})
+
+# Minimum compute capability per weight-format kind: each quantization method's
+# get_min_capability() in vLLM 0.11.2 (vllm/model_executor/layers/quantization/*.py):
+# gptq 60, awq 75, bitsandbytes 70, fp8 80, mxfp4 80, compressed-tensors 70.
+_MIN_CAPABILITY: dict[str, tuple[int, int]] = {
+    "gptq": (6, 0),
+    "awq": (7, 5),
+    "bnb4": (7, 0),
+    "bnb4-dq": (7, 0),
+    "fp8-tensor": (8, 0),
+    "fp8-channel": (8, 0),
+    "fp8-block": (8, 0),
+    "mx": (8, 0),
+    "int8-channel": (7, 0),
+    "int4-sym": (7, 0),
+}
+# Native fp8 matmuls from Ada/Hopper (8.9); below, vLLM runs fp8 weights on Marlin W8A16.
+_FP8_NATIVE = (8, 9)
+# `--dtype` values and the dtype each names (vLLM's STR_DTYPE_TO_TORCH_DTYPE).
+DTYPES = {
+    "half": "fp16",
+    "float16": "fp16",
+    "bfloat16": "bf16",
+    "float": "fp32",
+    "float32": "fp32",
+}
+
+
+def derived_max_model_len(arch: Architecture) -> int:
+    """vLLM's ``_get_and_verify_max_len`` without a user value (0.11.2-0.22 rules): the
+    config's context (``model_max_length`` wins when the config states one), scaled by the
+    rope factor except for Gemma 3 and the su / longrope / llama3 types, yarn scaling the
+    original context; a longrope model defaults to its original context."""
+    derived = arch.max_position_embeddings or FALLBACK_MAX_MODEL_LEN
+    if arch.model_max_length:
+        derived = arch.model_max_length
+    kind = arch.rope_type
+    if kind == "longrope" and arch.original_max_position_embeddings:
+        return arch.original_max_position_embeddings
+    if kind is None or kind in _UNSCALED_ROPE or arch.context_includes_rope_scaling:
+        return derived
+    if kind == "yarn" and arch.original_max_position_embeddings:
+        return int(arch.original_max_position_embeddings * arch.rope_factor)
+    return int(derived * arch.rope_factor)
 
 
 def rope_table_bytes(arch: Architecture, dtype_bytes: float) -> int:
@@ -86,6 +151,7 @@ class VllmEngine(Engine):
     summary: ClassVar[str] = "vLLM v1: budget = total × gpu_memory_utilization, paged KV pool"
     budget_option: ClassVar[str | None] = "gpu_memory_utilization"
     fused_kernels: ClassVar[bool] = True
+    context_option: ClassVar[str | None] = "max_model_len"
     options: ClassVar[tuple[Option, ...]] = (
         Option(
             "gpu_memory_utilization",
@@ -138,18 +204,109 @@ class VllmEngine(Engine):
             default=False,
             flag="--enforce-eager",
         ),
+        Option(
+            "dtype",
+            str,
+            "vLLM, SGLang: the dtype the model runs in (`auto`: the engine's rule for the "
+            "checkpoint and GPU).",
+            default="auto",
+            choices=("auto", *DTYPES),
+            flag="--dtype",
+        ),
     )
 
     def defaults(
         self, values: Mapping[str, OptionValue | None], ctx: EngineContext
     ) -> Mapping[str, OptionValue | None]:
         large = ctx.gpu_memory_bytes is None or ctx.gpu_memory_bytes >= LARGE_GPU_BYTES
+        derived = derived_max_model_len(ctx.architecture)
+        given = values.get("max_model_len")
+        if given is not None and int(given) > derived:
+            raise InvalidRequest(
+                f"max_model_len {given} exceeds the model's derived maximum {derived} (its "
+                "config's context with rope scaling, as vLLM derives it); vLLM refuses it",
+                field="engine_options.max_model_len",
+            )
         return MappingProxyType(
             {
                 "max_num_batched_tokens": 8192 if large else 2048,
                 "max_num_seqs": 1024 if large else 256,
+                "max_model_len": derived,
             }
         )
+
+    def default_sequence_length(self, s: EngineSettings) -> int:
+        return int(s["max_model_len"])
+
+    def resolve_dtype(
+        self,
+        arch: Architecture,
+        fmt: WeightFormat,
+        s: EngineSettings,
+        gpu: GpuSpec | None,
+        named: bool = False,
+    ) -> DtypeChoice:
+        notes: list[str] = []
+        unsupported = None
+        cc = gpu.compute_capability if gpu is not None else None
+        bf16_ok = gpu is None or gpu.supports_bf16()
+        requested = str(s["dtype"])
+        checkpoint = normalize_dtype(arch.dtype)
+        if named and not fmt.quantized:
+            compute = fmt.name  # a plain weight format named in the request is the dtype
+            if compute == "bf16" and not bf16_ok:
+                unsupported = f"bf16 needs compute capability 8.0, the GPU has {_cc(cc)}"
+        elif requested != "auto":
+            compute = DTYPES[requested]
+            if compute == "bf16" and not bf16_ok:
+                unsupported = (
+                    f"--dtype {requested}: bfloat16 needs compute capability 8.0, the GPU has "
+                    f"{_cc(cc)}"
+                )
+        else:
+            compute = _auto_dtype(checkpoint, bf16_ok, arch.fp16_unsafe)
+            if compute != checkpoint:
+                notes.append(
+                    f"--dtype auto runs the {arch.dtype} checkpoint in {compute} on this GPU "
+                    "(vLLM's auto-dtype rule)"
+                )
+        minimum = _MIN_CAPABILITY.get(fmt.kind)
+        if cc is not None and minimum is not None and cc < minimum and unsupported is None:
+            unsupported = (
+                f"{fmt.name} weights need compute capability {_cc(minimum)} in vLLM (its kernels' "
+                f"minimum), the GPU has {_cc(cc)}"
+            )
+        elif cc is not None and fmt.kind.startswith("fp8") and cc < _FP8_NATIVE:
+            notes.append(
+                "fp8 weights on a GPU without native fp8: vLLM's weight-only Marlin path "
+                "(same weight bytes, 16-bit activations)"
+            )
+        if fmt.quantized:
+            return DtypeChoice(activation_dtype(arch, fmt), None, tuple(notes), unsupported)
+        weights = compute if compute != fmt.name else None
+        return DtypeChoice(compute, weights, tuple(notes), unsupported)
+
+    def valid_tensor_parallel_sizes(self, arch: Architecture) -> tuple[int, ...]:
+        return tp_sizes_dividing_widths(arch, VOCAB_PADDING)
+
+    def command_args(self, s: EngineSettings, tp: int, pp: int, kv_cache_dtype: str) -> list[str]:
+        args = [
+            "--tensor-parallel-size",
+            str(tp),
+            "--pipeline-parallel-size",
+            str(pp),
+            "--max-model-len",
+            str(s["max_model_len"]),
+            "--gpu-memory-utilization",
+            f"{float(s['gpu_memory_utilization']):g}",
+            "--max-num-seqs",
+            str(s["max_num_seqs"]),
+        ]
+        if kv_cache_dtype != "auto":
+            args += ["--kv-cache-dtype", kv_cache_dtype]
+        if s["dtype"] != "auto":
+            args += ["--dtype", str(s["dtype"])]
+        return args
 
     def max_model_len(self, s: EngineSettings) -> int | None:
         value_ = s["max_model_len"]
@@ -227,7 +384,7 @@ class VllmEngine(Engine):
         self, setup: ServingSetup, gpu_memory_bytes: int, seq_len: int
     ) -> tuple[Capacity, tuple[str, ...]]:
         budget = setup.usable(gpu_memory_bytes)
-        conc_len = setup.max_model_len or seq_len
+        conc_len = concurrency_length(setup, seq_len)
         mnbt = int(setup.settings["max_num_batched_tokens"])
         pools = [
             budget - st.weights - st.fixed_activation - setup.overhead.total for st in setup.stages
@@ -277,3 +434,27 @@ class VllmEngine(Engine):
         mnbt = int(setup.settings["max_num_batched_tokens"])
         need_one = self._groups(setup.stages[-1]).request_bytes(conc_len, mnbt)
         return required - kv_last + need_one > usable
+
+
+def _cc(cc: tuple[int, int] | None) -> str:
+    return "unknown" if cc is None else f"{cc[0]}.{cc[1]}"
+
+
+def _auto_dtype(checkpoint: str, bf16_ok: bool, fp16_unsafe: bool) -> str:
+    """vLLM's ``_resolve_auto_dtype`` (0.10.1+): the supported dtypes in the platform's order
+    (bf16 from compute capability 8.0, fp16, fp32; fp16 removed for models it overflows); a
+    float32 checkpoint takes the first, a checkpoint dtype the GPU lacks falls back to it."""
+    supported = [d for d in ("bf16", "fp16", "fp32") if (d != "bf16" or bf16_ok)]
+    if fp16_unsafe:
+        supported.remove("fp16")
+    if checkpoint == "fp32":
+        return supported[0]
+    return checkpoint if checkpoint in supported else supported[0]
+
+
+def concurrency_length(setup: ServingSetup, seq_len: int) -> int:
+    """The length max_concurrency is reported at: max_model_len when the caller set it, else
+    the request's sequence length (which defaults to max_model_len)."""
+    if setup.max_model_len is not None and setup.engine.context_option in setup.settings.explicit:
+        return setup.max_model_len
+    return seq_len

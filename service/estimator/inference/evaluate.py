@@ -16,7 +16,12 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from service.estimator.errors import InvalidRequest
-from service.estimator.inference.request import InferenceRequest, setup_for, validate_workload
+from service.estimator.inference.request import (
+    InferenceRequest,
+    resolved,
+    setup_for,
+    validate_workload,
+)
 from service.estimator.inference.setup import ServingSetup, Stage
 from service.estimator.result import Estimate
 
@@ -90,9 +95,10 @@ def check_length(setup: ServingSetup, seq_len: int) -> None:
 
 def estimate_inference(req: InferenceRequest) -> Estimate:
     """Bytes to serve `req`: per component, summed over GPUs and for the most loaded GPU."""
+    req = resolved(req)
     validate_workload(req)
     setup = setup_for(req)
-    seqs, seq_len, prompt = req.sequences, req.sequence_length, req.prompt
+    seqs, seq_len, prompt = req.sequences, req.seq_len, req.prompt
     check_length(setup, seq_len)
     totals = [0, 0, 0, 0]
     for st in setup.stages:
@@ -151,6 +157,7 @@ class StageFigures:
 
 def stage_figures(req: InferenceRequest) -> tuple[StageFigures, ...]:
     """Per pipeline stage, first to last: weights, profiled activations, overhead, own pool."""
+    req = resolved(req)
     validate_workload(req)
     setup = setup_for(req)
     out = []

@@ -1,41 +1,38 @@
 """The fit of an inference request on a GPU type and count, and the inverse answers.
 
-``fits`` holds when the most loaded GPU's bytes are within the engine's usable memory, the
-memory outside the engine's budget holds its context and graphs, and the engine would start
-(vLLM: its pool holds one request of ``max_model_len``). ``max_batch_size`` is solved directly
-(every workload term is proportional to the number of sequences); ``max_sequence_length`` is a
-bounded bisection; ``min_gpu_count`` the smallest TP × PP product with a split that holds the
-workload (docs/inference.md says how the search is bounded).
+``fits`` is the verdict of :mod:`.verdict` on the layout judged: the request's own, or for a
+``gpu_count`` without one the smallest runnable layout that fits, replicated over the rest.
+``max_batch_size`` is solved directly (every workload term is proportional to the number of
+sequences); ``max_sequence_length`` is a bounded bisection; ``min_gpu_count`` the fewest GPUs of
+a layout the engine can run (TP dividing what its layers split, within one node; PP at most
+the layers; one slice on MIG) on which it fits, with that layout; ``engine_args`` the engine's
+flags for a setup that fits. docs/inference.md says how the searches are bounded.
 """
 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 from collections.abc import Callable
 
 from service.estimator.errors import InvalidRequest
-from service.estimator.inference.evaluate import (
-    check_length,
-    fits,
-    max_sequences,
-    required,
-    stage_components,
-)
+from service.estimator.inference.evaluate import check_length, fits, max_sequences
 from service.estimator.inference.request import (
     MAX_TOKENS,
     InferenceRequest,
     positive_int,
+    resolved,
     setup_for,
     validate_workload,
 )
-from service.estimator.memo import memoized
-from service.estimator.model import Architecture
-from service.estimator.parallel import MAX_GPU_COUNT, splits
-from service.estimator.result import Fit
+from service.estimator.inference.setup import ServingSetup
+from service.estimator.inference.verdict import Verdict, judge, runnable_tensor_parallel_sizes
+from service.estimator.parallel import MAX_GPU_COUNT, Layout
+from service.estimator.result import Fit, FitReason
 from service.estimator.search import MAX_SEARCH_STEPS
 from service.estimator.units import GIB
 
-__all__ = ["MAX_SCAN_SETUPS", "fit_inference", "min_gpu_count"]
+__all__ = ["MAX_SCAN_SETUPS", "fit_inference", "min_gpu_count", "runnable_splits"]
 
 # A min_gpu_count scan builds at most this many setups before it bisects (one setup of an
 # 80-layer model takes about 1 ms to build).
@@ -63,20 +60,32 @@ def largest_fitting(fits_at: Callable[[int], bool], hi: int) -> int | None:
     return good
 
 
-@memoized
-def candidate_counts(arch: Architecture) -> tuple[int, ...]:
-    """Every valid TP × PP product, ascending."""
-    counts = {
-        tp * pp
-        for tp in arch.valid_tensor_parallel_sizes
-        for pp in range(1, min(arch.num_layers, 64) + 1)
-    }
+def runnable_splits(req: InferenceRequest, count: int) -> tuple[tuple[int, int], ...]:
+    """(tp, pp) with tp × pp = count the engine can run on this GPU, larger TP first."""
+    layers = req.arch.num_layers
+    return tuple(
+        (tp, count // tp)
+        for tp in reversed(runnable_tensor_parallel_sizes(req))
+        if count % tp == 0 and count // tp <= layers
+    )
+
+
+def _candidate_counts(req: InferenceRequest) -> tuple[int, ...]:
+    """Every runnable TP × PP product, ascending."""
+    pps = range(1, min(req.arch.num_layers, 64) + 1)
+    if req.gpu is not None and req.gpu.is_mig:
+        pps = range(1, 2)
+    counts = {tp * pp for tp in runnable_tensor_parallel_sizes(req) for pp in pps}
     return tuple(sorted(c for c in counts if c <= MAX_MODEL_GPUS))
 
 
-def min_gpu_count(req: InferenceRequest) -> tuple[int | None, str | None]:
-    """The fewest GPUs (any valid TP × PP split) that hold the workload, with a note when the
-    answer needed the bisection fallback or none was found.
+def _fits_at(req: InferenceRequest, tp: int, pp: int, mem: int) -> bool:
+    return judge(req, setup_for(req, tp, pp), mem).fits
+
+
+def min_gpu_count(req: InferenceRequest) -> tuple[int | None, Layout | None, str | None]:
+    """The fewest GPUs (a runnable TP × PP split) on which the request fits, its layout, and a
+    note when the answer needed the bisection fallback or none was found.
 
     Setups are built lazily and only for counts that can hold the weights: every weight sits
     on at least one GPU, so the most loaded of n GPUs holds at least 1/n of the single-GPU
@@ -88,122 +97,220 @@ def min_gpu_count(req: InferenceRequest) -> tuple[int | None, str | None]:
     """
     mem = req.gpu_memory_bytes
     assert mem is not None
-    arch = req.arch
-    seqs, seq_len, prompt = req.sequences, req.sequence_length, req.prompt
     whole = setup_for(req, 1, 1).stages[0].weights
     floor_count = -(-whole // mem)
-    candidates = candidate_counts(arch)
+    candidates = _candidate_counts(req)
     start = bisect.bisect_left(candidates, floor_count)
     counts = candidates[start : start + MAX_SEARCH_STEPS]
     built = 0
 
-    def any_split_fits(n: int) -> bool:
+    def split_that_fits(n: int) -> Layout | None:
         nonlocal built
-        for t, p in splits(arch, n):
+        for t, p in runnable_splits(req, n):
             built += 1
-            setup = setup_for(req, t, p)
-            if fits(setup, setup.usable(mem), seqs, seq_len, prompt):
-                return True
-        return False
+            if _fits_at(req, t, p, mem):
+                return Layout(t, p)
+        return None
 
     if not counts:
-        return None, f"min_gpu_count: no valid TP × PP split of {floor_count} or more GPUs"
-    # The floor itself first: most requests fit there, and then no other setup is needed.
-    if any_split_fits(counts[0]):
-        return counts[0], None
-    if not any_split_fits(counts[-1]):
-        return None, f"min_gpu_count: no valid TP × PP split of up to {counts[-1]} GPUs fits"
+        return None, None, f"min_gpu_count: no runnable TP × PP split of {floor_count} or more GPUs"
+    first = split_that_fits(counts[0])
+    if first is not None:
+        return counts[0], first, None
+    last_layout = split_that_fits(counts[-1])
+    if last_layout is None:
+        return (
+            None,
+            None,
+            f"min_gpu_count: no runnable TP × PP split of up to {counts[-1]} GPUs fits",
+        )
     last = len(counts) - 1
     for i, n in enumerate(counts[:last]):
         if i == 0:
             continue  # checked above
         if built >= MAX_SCAN_SETUPS:
-            bad, good = i - 1, last  # bisect counts[i..last]; counts[last] is known to fit
+            bad, good, good_layout = i - 1, last, last_layout
             while good - bad > 1:
                 mid = (bad + good) // 2
-                if any_split_fits(counts[mid]):
-                    good = mid
+                found = split_that_fits(counts[mid])
+                if found is not None:
+                    good, good_layout = mid, found
                 else:
                     bad = mid
-            return counts[good], (
-                f"min_gpu_count: counts from {n} GPUs on bisected (assumes a fit stays a fit "
-                "with more GPUs)"
+            return (
+                counts[good],
+                good_layout,
+                (
+                    f"min_gpu_count: counts from {n} GPUs on bisected (assumes a fit stays a fit "
+                    "with more GPUs)"
+                ),
             )
-        if any_split_fits(n):
-            return n, None
-    return counts[last], None
+        found = split_that_fits(n)
+        if found is not None:
+            return n, found, None
+    return counts[last], last_layout, None
 
 
-def _layout_for_count(req: InferenceRequest, gpu_count: int | None) -> tuple[int, int, int, str]:
-    """(tp, pp, replicas, note) for the GPUs the caller gave."""
-    arch = req.arch
+def _layout_for_count(req: InferenceRequest, gpu_count: int | None) -> tuple[Layout, str]:
+    """The layout judged for the GPUs the caller gave, and a note when it was chosen here."""
     tp, pp = req.tensor_parallel_size, req.pipeline_parallel_size
     if gpu_count is None or gpu_count == tp * pp:
-        return tp, pp, 1, ""
+        return Layout(tp, pp), ""
     positive_int(gpu_count, "gpu_count", MAX_GPU_COUNT)
-    if tp * pp == 1:
-        options = splits(arch, gpu_count)
-        if not options:
+    if tp * pp > 1:
+        if gpu_count % (tp * pp):
             raise InvalidRequest(
-                f"{gpu_count} GPUs cannot split this model (TP must divide "
-                f"{arch.num_attention_heads} heads, PP at most {arch.num_layers})",
+                f"gpu_count {gpu_count} is not a multiple of TP × PP = {tp * pp}",
                 field="gpu_count",
             )
-        seqs, seq_len, prompt = req.sequences, req.sequence_length, req.prompt
-        tp, pp = min(
-            options, key=lambda o: required(setup_for(req, o[0], o[1]), seqs, seq_len, prompt)
-        )
-        return tp, pp, 1, f"{gpu_count} GPUs used as TP {tp} × PP {pp}"
-    if gpu_count % (tp * pp) == 0:
         replicas = gpu_count // (tp * pp)
-        return tp, pp, replicas, f"{replicas} data-parallel replicas of TP {tp} × PP {pp}"
-    raise InvalidRequest(
-        f"gpu_count {gpu_count} is not a multiple of TP × PP = {tp * pp}", field="gpu_count"
+        return Layout(tp, pp, replicas), f"{replicas} data-parallel replicas of TP {tp} × PP {pp}"
+    # No layout given: the smallest runnable one that fits, replicated over the GPUs given;
+    # when none fits, the largest (all the GPUs in one copy), judged as it is.
+    assert req.gpu_memory_bytes is not None
+    options = [
+        (d, split)
+        for d in range(1, gpu_count + 1)
+        if gpu_count % d == 0
+        for split in runnable_splits(req, d)
+    ]
+    if not options:
+        raise InvalidRequest(
+            f"{gpu_count} GPUs cannot run this model with {req.engine} (no runnable TP × PP "
+            f"split of any divisor of {gpu_count})",
+            field="gpu_count",
+        )
+    for d, (t, p) in options[:MAX_SCAN_SETUPS]:
+        if _fits_at(req, t, p, req.gpu_memory_bytes):
+            layout = Layout(t, p, gpu_count // d)
+            break
+    else:
+        # Nothing fits: judge all the GPUs as one copy, with the largest TP they allow.
+        t, p = (
+            runnable_splits(req, gpu_count)[0]
+            if runnable_splits(req, gpu_count)
+            else options[-1][1]
+        )
+        layout = Layout(t, p, gpu_count // (t * p))
+    note = f"{gpu_count} GPUs planned as TP {layout.tensor} × PP {layout.pipeline}"
+    if layout.data > 1:
+        note += f", {layout.data} data-parallel replicas"
+    return layout, note
+
+
+def _startable_length(req: InferenceRequest, setup: ServingSetup, usable: int) -> int | None:
+    """The longest sequence one replica holds (what max_model_len may be for vLLM to start)."""
+    limit = setup.max_model_len or req.seq_len
+    return largest_fitting(lambda s: fits(setup, usable, 1, s, s), limit)
+
+
+def _args_if_fits(req: InferenceRequest, setup: ServingSetup, mem: int) -> tuple[str, ...] | None:
+    if not judge(req, setup, mem).fits:
+        return None
+    return tuple(setup.engine.command_args(setup.settings, setup.tp, setup.pp, req.kv_cache_dtype))
+
+
+def _engine_args(
+    req: InferenceRequest,
+    setup: ServingSetup,
+    verdict: Verdict,
+    min_layout: Layout | None,
+    mem: int,
+) -> tuple[str, ...] | None:
+    """The engine's flags for a setup that fits, trying in order: the judged setup; on the
+    same GPUs a budget that leaves the CUDA context and graphs their room; on the same GPUs a
+    context no longer than the requested sequence length when the caller did not set one; the
+    minimal layout at the requested length; the judged layout at the longest length it starts
+    with."""
+    engine, kv = setup.engine, req.kv_cache_dtype
+    if not engine.command_args(setup.settings, setup.tp, setup.pp, kv):
+        return None
+    if verdict.fits:
+        return tuple(engine.command_args(setup.settings, setup.tp, setup.pp, kv))
+    option = engine.budget_option
+    if verdict.reason is FitReason.OUTSIDE_BUDGET_EXCEEDED and option is not None:
+        # The largest budget (in hundredths) that leaves the outside terms their room.
+        fraction = int((mem - setup.outside_budget.total) / mem * 100) / 100
+        if fraction > 0:
+            lower = _with_settings(req, setup, **{option: fraction})
+            args = _args_if_fits(req, lower, mem)
+            if args is not None:
+                return args
+    context = engine.context_option
+    pinned = context is not None and any(
+        name in req.engine_options
+        for name in engine.option_table()
+        if engine.option_table()[name].name == context
     )
+    if context and not pinned and setup.max_model_len and req.seq_len < setup.max_model_len:
+        shorter = _with_settings(req, setup, **{context: req.seq_len})
+        args = _args_if_fits(req, shorter, mem)
+        if args is not None:
+            return args
+    if min_layout is not None:
+        smallest = setup_for(req, min_layout.tensor, min_layout.pipeline)
+        return tuple(
+            engine.command_args(smallest.settings, min_layout.tensor, min_layout.pipeline, kv)
+        )
+    if verdict.reason is FitReason.KV_POOL_BELOW_ONE_SEQUENCE and context and setup.max_model_len:
+        length = _startable_length(req, setup, verdict.usable)
+        if length:
+            shorter = _with_settings(req, setup, **{context: length})
+            return _args_if_fits(dataclasses.replace(req, sequence_length=length), shorter, mem)
+    return None
+
+
+def _with_settings(
+    req: InferenceRequest, setup: ServingSetup, **changes: float | int
+) -> ServingSetup:
+    """The setup of ``req`` at ``setup``'s layout with some engine options changed."""
+    options = {**req.engine_options, **changes}
+    changed = dataclasses.replace(req, engine_options=options)
+    return setup_for(changed, setup.tp, setup.pp)
 
 
 def fit_inference(req: InferenceRequest, gpu_label: str, gpu_count: int | None) -> Fit:
     """Whether `req` fits `gpu_count` GPUs of `req.gpu_memory_bytes`, and the inverse answers."""
+    req = resolved(req)
     validate_workload(req)
     if req.gpu_memory_bytes is None:
         raise InvalidRequest("a GPU is needed to check the fit", field="gpu")
     mem = req.gpu_memory_bytes
     arch = req.arch
-    seqs, seq_len, prompt = req.sequences, req.sequence_length, req.prompt
-    tp, pp, replicas, layout_note = _layout_for_count(req, gpu_count)
+    seq_len, prompt = req.seq_len, req.prompt
+    layout, layout_note = _layout_for_count(req, gpu_count)
     notes = [layout_note] if layout_note else []
-    setup = setup_for(req, tp, pp)
+    setup = setup_for(req, layout.tensor, layout.pipeline)
     check_length(setup, seq_len)
-    usable = setup.usable(mem)
-    need = required(setup, seqs, seq_len, prompt)
-    ok = need <= usable
+    verdict = judge(req, setup, mem)
+    usable = verdict.usable
     option = setup.engine.budget_option
-    margin = mem - usable
-    outside_fits = setup.outside_budget.total <= margin
     if option is not None:
         notes.append(
-            f"usable = driver total {mem / GIB:.2f} GiB × {setup.budget_fraction:g} ({option})"
+            f"usable = CUDA total {mem / GIB:.2f} GiB × {setup.budget_fraction:g} ({option})"
         )
-        if not outside_fits:
-            ok = False
-            notes.append(
-                f"the {margin / GIB:.2f} GiB left outside the budget cannot hold the CUDA context "
-                f"and graphs ({setup.outside_budget.total / GIB:.2f} GiB)"
-            )
     else:
-        notes.append(f"usable = driver total {mem / GIB:.2f} GiB")
-    kv_last = stage_components(setup, setup.stages[-1], seqs, seq_len, prompt)[1]
-    if setup.engine.refuses(setup, usable, need, kv_last, seq_len):
-        ok = False
+        notes.append(f"usable = CUDA total {mem / GIB:.2f} GiB")
+    if req.gpu is not None and req.gpu.shared:
+        notes.append(
+            "time-sliced GPU: replicas share its memory with no isolation; the verdict "
+            "assumes the whole GPU is free"
+        )
 
     def fits_at(b: int, s: int) -> bool:
         p = min(prompt, s) if req.prompt_tokens is not None else s
         return fits(setup, usable, b * req.concurrency, s, p)
 
+    runs = verdict.reason not in (
+        FitReason.INVALID_LAYOUT,
+        FitReason.MIG_CANNOT_SPAN,
+        FitReason.DTYPE_UNSUPPORTED,
+        FitReason.OUTSIDE_BUDGET_EXCEEDED,
+    )
     max_b_hi = max(1, MAX_TOKENS // (seq_len * req.concurrency))
     seqs_max = max_sequences(setup, usable, seq_len, prompt, MAX_TOKENS)
     max_batch: int | None = min(max_b_hi, seqs_max // req.concurrency)
-    if not max_batch or not outside_fits:
+    if not max_batch or not runs:
         max_batch = None
     limit = setup.max_model_len or arch.max_position_embeddings or MAX_TOKENS
     s_hi = max(1, min(limit, MAX_TOKENS // (req.batch_size * req.concurrency)))
@@ -217,18 +324,25 @@ def fit_inference(req: InferenceRequest, gpu_label: str, gpu_count: int | None) 
     max_seq = None
     if max_batch is not None:
         max_seq = largest_fitting(lambda s: fits_at(req.batch_size, s), s_hi)
-    min_count, note = min_gpu_count(req)
+    min_count, min_layout, note = min_gpu_count(req)
     if note:
         notes.append(note)
+    if verdict.detail:
+        notes.append(f"{verdict.reason.value}: {verdict.detail}")
     return Fit(
         gpu=gpu_label,
-        gpu_count=tp * pp * replicas,
+        gpu_count=layout.gpus,
         usable_bytes=usable,
-        required_bytes=need,
-        fits=ok,
-        headroom_bytes=usable - need,
+        required_bytes=verdict.required,
+        fits=verdict.fits,
+        headroom_bytes=usable - verdict.required,
         min_gpu_count=min_count,
         max_batch_size=max_batch,
         max_sequence_length=max_seq,
         assumptions=tuple(dict.fromkeys(notes)),
+        reason=verdict.reason,
+        reason_detail=verdict.detail,
+        layout=layout,
+        min_gpu_layout=min_layout,
+        engine_args=_engine_args(req, setup, verdict, min_layout, mem),
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -9,11 +10,12 @@ from typing import Any
 
 from service.estimator.engines import EngineContext, EngineSettings, get_engine
 from service.estimator.errors import InvalidRequest
+from service.estimator.gpu import GpuSpec
 from service.estimator.inference.setup import ATTENTION, ServingSetup, serving_setup
 from service.estimator.model import Architecture
 from service.estimator.parallel import MAX_PARALLEL
 
-__all__ = ["MAX_TOKENS", "InferenceRequest", "setup_for", "validate_workload"]
+__all__ = ["MAX_TOKENS", "InferenceRequest", "resolved", "setup_for", "validate_workload"]
 
 MAX_TOKENS = 10**9  # batch × concurrency × sequence_length bound
 _MAX_GPU_MEMORY = 1 << 50
@@ -24,14 +26,16 @@ class InferenceRequest:
     """One inference workload on one model, engine and parallel layout.
 
     ``engine_options`` holds the options the caller set (the engine fills in the rest);
-    ``gpu_memory_bytes`` is the GPU's total as the driver reports it, when a GPU was named.
+    ``gpu_memory_bytes`` is the GPU's total as the CUDA runtime reports it, when a GPU was
+    named, and ``gpu`` the GPU itself (its capabilities); ``sequence_length`` None means the
+    engine's default (vLLM and SGLang: the context they are configured for).
     """
 
     architecture: Architecture | None
     weight_format: str | None = None
     kv_cache_dtype: str = "auto"
     batch_size: int = 1
-    sequence_length: int = 2048
+    sequence_length: int | None = 2048
     prompt_tokens: int | None = None
     concurrency: int = 1
     engine: str = "generic"
@@ -40,6 +44,7 @@ class InferenceRequest:
     pipeline_parallel_size: int = 1
     attention: str = "flash"
     gpu_memory_bytes: int | None = None
+    gpu: GpuSpec | None = None
 
     @property
     def arch(self) -> Architecture:
@@ -58,13 +63,30 @@ class InferenceRequest:
         return self.batch_size * self.concurrency
 
     @property
+    def seq_len(self) -> int:
+        """The sequence length (the engine's default resolved: see :func:`resolved`)."""
+        if self.sequence_length is None:
+            raise ValueError("resolve the request's engine defaults first")
+        return self.sequence_length
+
+    @property
     def prompt(self) -> int:
-        return self.prompt_tokens if self.prompt_tokens is not None else self.sequence_length
+        return self.prompt_tokens if self.prompt_tokens is not None else self.seq_len
 
     def settings(self) -> EngineSettings:
         """The engine's options, checked and completed with its defaults."""
         engine = get_engine(self.engine)
-        return engine.resolve(self.engine_options, EngineContext(self.arch, self.gpu_memory_bytes))
+        return engine.resolve(
+            self.engine_options, EngineContext(self.arch, self.gpu_memory_bytes, self.gpu)
+        )
+
+
+def resolved(req: InferenceRequest) -> InferenceRequest:
+    """``req`` with the engine's defaults for what it left open (its sequence length)."""
+    if req.sequence_length is not None:
+        return req
+    length = get_engine(req.engine).default_sequence_length(req.settings())
+    return dataclasses.replace(req, sequence_length=length)
 
 
 def positive_int(value: object, name: str, high: int = MAX_TOKENS) -> int:
@@ -76,7 +98,7 @@ def positive_int(value: object, name: str, high: int = MAX_TOKENS) -> int:
 def validate_workload(req: InferenceRequest) -> None:
     """Scalar checks of the workload (the layout is checked once per setup)."""
     b = positive_int(req.batch_size, "batch_size")
-    s = positive_int(req.sequence_length, "sequence_length")
+    s = positive_int(req.seq_len, "sequence_length")
     c = positive_int(req.concurrency, "concurrency")
     if req.prompt_tokens is not None:
         p = positive_int(req.prompt_tokens, "prompt_tokens")
@@ -127,4 +149,5 @@ def setup_for(req: InferenceRequest, tp: int | None = None, pp: int | None = Non
         pp,
         req.attention,
         req.gpu_memory_bytes,
+        req.gpu,
     )

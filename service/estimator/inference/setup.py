@@ -16,16 +16,16 @@ from typing import Any
 from service.estimator.engines import get_engine
 from service.estimator.engines.base import Engine, EngineSettings, StageArgs
 from service.estimator.engines.overhead import OverheadTerms
-from service.estimator.errors import InvalidRequest
-from service.estimator.formats import kv_dtype_bytes
+from service.estimator.formats import get_format, kv_dtype_bytes
 from service.estimator.forward import ForwardCoefficients, forward_coefficients
+from service.estimator.gpu import GpuSpec
 from service.estimator.kv_cache import KvLayout, stage_kv_layouts
 from service.estimator.memo import memoized
 from service.estimator.model import Architecture
-from service.estimator.units import bytes_per_element, normalize_dtype
+from service.estimator.units import bytes_per_element
 from service.estimator.weights import resolve_format, weight_layout
 
-__all__ = ["ATTENTION", "ServingSetup", "Stage", "activation_dtype", "serving_setup"]
+__all__ = ["ATTENTION", "ServingSetup", "Stage", "serving_setup"]
 
 ATTENTION: tuple[str, ...] = ("flash", "sdpa", "eager")
 
@@ -60,6 +60,7 @@ class ServingSetup:
     gpu_memory_bytes: int | None
     max_model_len: int | None
     assumptions: tuple[str, ...]
+    unsupported: str | None = None  # why the GPU cannot run this setup (None: it can)
 
     @property
     def budget_fraction(self) -> float:
@@ -68,17 +69,6 @@ class ServingSetup:
     def usable(self, gpu_memory_bytes: int) -> int:
         """What the engine's budget lets it use of a GPU's memory."""
         return int(gpu_memory_bytes * self.budget_fraction)
-
-
-def activation_dtype(arch: Architecture, fmt_name: str, quantized: bool, dense: str | None) -> str:
-    """The dtype activations run in: the format's for plain weights; for quantized ones the
-    16-bit type the format or the checkpoint names (bf16 if none)."""
-    if not quantized:
-        return fmt_name
-    for candidate in (dense, normalize_dtype(arch.dtype)):
-        if candidate in ("bf16", "fp16"):
-            return candidate
-    return "bf16"
 
 
 @memoized
@@ -91,26 +81,25 @@ def serving_setup(
     pp: int,
     attention: str,
     gpu_memory_bytes: int | None,
+    gpu: GpuSpec | None = None,
 ) -> ServingSetup:
     """Build the setup (validated layout, engine settings already resolved)."""
     engine = get_engine(settings.engine)
     fmt, _ = resolve_format(arch, weight_format)
-    act_dtype = activation_dtype(arch, fmt.name, fmt.quantized, fmt.dense_dtype)
+    choice = engine.resolve_dtype(arch, fmt, settings, gpu, named=weight_format is not None)
+    if choice.weights is not None:
+        weight_format = choice.weights
+        fmt = get_format(choice.weights)
+    act_dtype = choice.activation
     d = bytes_per_element(act_dtype)
     kvb = kv_dtype_bytes(kv_cache_dtype, act_dtype)
     # vLLM, SGLang and transformers 5 all cache MLA's compressed latent.
     kv_layouts = stage_kv_layouts(arch, kvb, tp, pp, True)
     max_model_len = engine.max_model_len(settings)
-    limit = arch.max_position_embeddings
-    if max_model_len is not None and limit is not None and max_model_len > limit:
-        raise InvalidRequest(
-            f"max_model_len {max_model_len} exceeds the model's max_position_embeddings {limit}",
-            field="engine_options.max_model_len",
-        )
     layout = weight_layout(arch, weight_format, tp, pp, engine.placement(arch, settings, d))
     eager = attention == "eager" and not engine.fused_kernels
     coeffs = forward_coefficients(arch, d, tp, fused_moe=engine.fused_kernels, eager=eager)
-    assumptions = list(layout.assumptions)
+    assumptions = [*choice.notes, *layout.assumptions]
     if eager:
         assumptions.append("eager attention materializes heads × prompt² scores (+fp32 softmax)")
     inside, outside = engine.overheads(settings, tp, pp, max(k.layers for k in kv_layouts))
@@ -159,4 +148,5 @@ def serving_setup(
         gpu_memory_bytes=gpu_memory_bytes,
         max_model_len=max_model_len,
         assumptions=tuple(dict.fromkeys(assumptions)),
+        unsupported=choice.unsupported,
     )

@@ -44,7 +44,10 @@ class Architecture:
     whether queries and keys are normalized per head (``"per_head"``) or over the whole
     projection (``"full_width"``). ``rope_scaling_factor`` is the factor of a ``linear`` or
     ``dynamic`` rope scaling (1.0 without one): the positions a precomputed rotary cache spans
-    grow by it. ``attn_logit_softcapping`` / ``final_logit_softcapping`` are the caps of
+    grow by it. ``rope_type``, ``rope_factor`` and ``original_max_position_embeddings`` are the
+    config's rope scaling as written (any type), ``model_max_length`` a context limit some
+    configs state (Cohere): engines derive their default context from them.
+    ``attn_logit_softcapping`` / ``final_logit_softcapping`` are the caps of
     ``tanh(x / cap) · cap`` on attention scores and on the final logits (None: off).
     ``attention_softmax_fp32`` says whether eager attention takes its softmax in fp32.
     ``family`` holds the family's traits (:mod:`.families`).
@@ -86,6 +89,10 @@ class Architecture:
     assumptions: tuple[str, ...] = ()
     vision: VisionSpec | None = None
     rope_scaling_factor: float = 1.0
+    rope_type: str | None = None
+    rope_factor: float = 1.0
+    original_max_position_embeddings: int | None = None
+    model_max_length: int | None = None
     attn_logit_softcapping: float | None = None
     final_logit_softcapping: float | None = None
     attention_softmax_fp32: bool = True
@@ -120,6 +127,16 @@ class Architecture:
     def eager_mask_kept(self) -> bool:
         """Eager attention keeps a boolean causal mask per layer for backward (Qwen v1)."""
         return self.family.eager_mask_kept
+
+    @property
+    def context_includes_rope_scaling(self) -> bool:
+        """``max_position_embeddings`` already is the rope-scaled context (Gemma 3)."""
+        return self.family.context_includes_rope_scaling
+
+    @property
+    def fp16_unsafe(self) -> bool:
+        """Activations overflow float16 (Gemma 2 / 3, GLM-4): engines refuse fp16 for it."""
+        return self.family.fp16_unsafe
 
     @property
     def rope_dim(self) -> int:

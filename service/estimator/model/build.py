@@ -223,6 +223,8 @@ def _build(r: ConfigReader, wrapper: str | None) -> Architecture:
         architectures=str_tuple(archs, "architectures") if archs is not None else (),
         assumptions=tuple(r.assumptions),
         rope_scaling_factor=_rope_scaling_factor(r),
+        **_rope_spec(r),
+        model_max_length=_optional_positions(r, "model_max_length"),
         attn_logit_softcapping=attn_cap,
         final_logit_softcapping=final_cap,
         attention_softmax_fp32=r.trait(family.softmax_fp32),
@@ -231,11 +233,10 @@ def _build(r: ConfigReader, wrapper: str | None) -> Architecture:
 
 def _rope_scaling_factor(r: ConfigReader) -> float:
     """The factor of a linear / dynamic-NTK rope scaling (``rope_scaling`` or transformers 5's
-    ``rope_parameters``, per layer type for Gemma 3: the full-attention entry), else 1.0."""
-    spec = r.raw("rope_scaling")
-    if isinstance(spec, Mapping) and isinstance(spec.get("full_attention"), Mapping):
-        spec = spec["full_attention"]
-    if not isinstance(spec, Mapping):
+    ``rope_parameters``, per layer type for Gemma 3: the full-attention entry), else 1.0: the
+    scaled range a precomputed rotary table spans."""
+    spec = _rope_section(r)
+    if spec is None:
         return 1.0
     kind = spec.get("rope_type", spec.get("type"))
     factor = spec.get("factor")
@@ -244,6 +245,43 @@ def _rope_scaling_factor(r: ConfigReader) -> float:
     if not isinstance(factor, int | float) or not 1.0 <= factor <= 1024.0:
         raise InvalidConfig("rope_scaling.factor must be between 1 and 1024", field="rope_scaling")
     return float(factor)
+
+
+def _rope_section(r: ConfigReader) -> Mapping[str, Any] | None:
+    spec = r.raw("rope_scaling")
+    if isinstance(spec, Mapping) and isinstance(spec.get("full_attention"), Mapping):
+        spec = spec["full_attention"]
+    return spec if isinstance(spec, Mapping) else None
+
+
+def _rope_spec(r: ConfigReader) -> dict[str, Any]:
+    """The config's rope scaling as written: type, factor and original context (any type)."""
+    spec = _rope_section(r)
+    if spec is None:
+        return {"rope_type": None, "rope_factor": 1.0, "original_max_position_embeddings": None}
+    kind = spec.get("rope_type", spec.get("type"))
+    factor = spec.get("factor", 1.0)
+    if isinstance(factor, bool) or not isinstance(factor, int | float) or not 0 < factor <= 1024:
+        factor = 1.0
+    original = spec.get("original_max_position_embeddings")
+    if original is None:
+        original = r.config.get("original_max_position_embeddings")
+    return {
+        "rope_type": kind if isinstance(kind, str) else None,
+        "rope_factor": float(factor),
+        "original_max_position_embeddings": (
+            None
+            if original is None
+            else check_int(original, "original_max_position_embeddings", 1, Bounds.POSITIONS)
+        ),
+    }
+
+
+def _optional_positions(r: ConfigReader, key: str) -> int | None:
+    value = r.config.get(key)
+    if value is None or isinstance(value, bool) or not isinstance(value, int):
+        return None  # absent, or a tokenizer-style sentinel
+    return value if 0 < value <= Bounds.POSITIONS else None
 
 
 def _moe_layers(r: ConfigReader, placement: MoePlacement, layers: int) -> tuple[int, ...]:

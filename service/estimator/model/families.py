@@ -163,6 +163,10 @@ class Family:
     softcapping: bool = False  # reads attn_logit_softcapping / final_logit_softcapping
     softmax_fp32: Flag = ON  # eager attention's softmax in fp32
     eager_mask_kept: bool = False  # eager attention's torch.where keeps a bool mask (Qwen v1)
+    # Activations overflow float16 (vLLM's _FLOAT16_NOT_SUPPORTED_MODELS: gemma2, gemma3, glm4).
+    fp16_unsafe: bool = False
+    # max_position_embeddings already is the rope-scaled context (Gemma 3's 131072).
+    context_includes_rope_scaling: bool = False
     rope_tables: int = 1  # distinct rotary tables (Gemma 3: its global and local ropes)
     head_dim_key: str = "head_dim"
     # Canonical key -> the keys this family's config uses for it, in order of precedence.
@@ -235,6 +239,7 @@ QWEN3 = Family(
 GEMMA2 = Family(
     "gemma2",
     norm_fp32=True,
+    fp16_unsafe=True,
     layer_norms=_SANDWICH_NORMS,
     layout=LayerLayout.ALTERNATING,
     softcapping=True,
@@ -253,6 +258,7 @@ GEMMA3 = dataclasses.replace(
     qk_norm=QkNorm(),
     layout=LayerLayout.GEMMA3,
     rope_tables=2,
+    context_includes_rope_scaling=True,
     defaults=_frozen(
         tie_word_embeddings=True,
         attention_bias=False,

@@ -7,8 +7,10 @@ from types import MappingProxyType
 
 from service.estimator.calibration import value
 from service.estimator.errors import InvalidRequest
+from service.estimator.gpu import GpuSpec
 from service.estimator.memo import memoized
-from service.estimator.result import Estimate, Fit
+from service.estimator.parallel import Layout
+from service.estimator.result import Estimate, Fit, FitReason
 from service.estimator.training.phases import evaluate, per_gpu_bytes, solve_max
 from service.estimator.training.request import FinetuneRequest, positive, sharding_of, validate
 from service.estimator.training.sharding import validate_sharding
@@ -69,21 +71,36 @@ def estimate_finetune(req: FinetuneRequest) -> Estimate:
     )
 
 
-def fit_finetune(req: FinetuneRequest, gpu_memory_bytes: int, gpu_label: str) -> Fit:
-    """Whether ``req`` fits GPUs of ``gpu_memory_bytes`` each, and the inverse answers:
-    fewest GPUs at the requested ZeRO stage, largest micro-batch, longest sequence."""
+def _reason(req: FinetuneRequest, gpu: GpuSpec, st: StaticState, need: int) -> FitReason:
+    if gpu.is_mig and req.gpu_count > 1:
+        return FitReason.MIG_CANNOT_SPAN  # NCCL does not span MIG instances
+    if max(stage.weights for stage in st.stages) > gpu.total_bytes:
+        return FitReason.WEIGHTS_EXCEED_MEMORY
+    if need > gpu.total_bytes:
+        return FitReason.WORKLOAD_EXCEEDS_MEMORY
+    return FitReason.FITS
+
+
+def fit_finetune(req: FinetuneRequest, gpu: GpuSpec) -> Fit:
+    """Whether ``req`` fits GPUs like ``gpu``, and the inverse answers: fewest GPUs at the
+    requested ZeRO stage, largest micro-batch, longest sequence."""
     st = prepare(req)
     b, s = req.batch_size, req.sequence_length
-    usable = int(gpu_memory_bytes)
+    usable = gpu.total_bytes
     need = per_gpu_bytes(st, b, s)
+    reason = _reason(req, gpu, st, need)
+    mp = req.model_parallel_size
+    min_count = _min_gpu_count(_static_key(req), b, s, usable)
+    if gpu.is_mig and min_count is not None and min_count > 1:
+        min_count = None  # a job spanning slices cannot run
     return Fit(
-        gpu=gpu_label,
+        gpu=gpu.ref,
         gpu_count=req.gpu_count,
         usable_bytes=usable,
         required_bytes=need,
-        fits=need <= usable,
+        fits=reason is FitReason.FITS,
         headroom_bytes=usable - need,
-        min_gpu_count=_min_gpu_count(_static_key(req), b, s, usable),
+        min_gpu_count=min_count,
         # Memory is a maximum of phase lines in b·s and b·s²: the largest batch and sequence
         # are solved per line, then checked exactly.
         max_batch_size=solve_max(st, usable, None, s, MAX_BATCH_SEARCH),
@@ -92,6 +109,13 @@ def fit_finetune(req: FinetuneRequest, gpu_memory_bytes: int, gpu_label: str) ->
             f"min_gpu_count keeps zero_stage {req.zero_stage}, tensor_parallel_size "
             f"{req.tensor_parallel_size} and pipeline_parallel_size "
             f"{req.pipeline_parallel_size}; data-parallel replicas are added",
+        ),
+        reason=reason,
+        layout=Layout(req.tensor_parallel_size, req.pipeline_parallel_size, req.gpu_count // mp),
+        min_gpu_layout=(
+            None
+            if min_count is None
+            else Layout(req.tensor_parallel_size, req.pipeline_parallel_size, min_count // mp)
         ),
     )
 

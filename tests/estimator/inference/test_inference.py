@@ -232,8 +232,9 @@ def test_fit_evaluations_are_bounded(
     assert warm["setup"] == 0, warm
     positions = arch.max_position_embeddings or 2**20
     stages = max(1, req.pipeline_parallel_size)
-    # max_batch (1 per stage) + required (1) + the length bisection ...
-    assert warm["unit"] <= stages * (positions.bit_length() + 2) + 2, warm
+    # max_batch (1 per stage) + required (1) + the verdict's fit check (1 per stage) + the
+    # length bisection + the engine flags' own verdict (2) ...
+    assert warm["unit"] <= stages * (positions.bit_length() + 3) + 4, warm
     # ... and min_gpu_count: one evaluation per stage of each split it visits.
     visits = MAX_SCAN_SETUPS + 6 * 8
     assert warm["min_count_unit"] <= visits * min(arch.num_layers, 64), warm

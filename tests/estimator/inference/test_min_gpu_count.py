@@ -8,11 +8,9 @@ import pytest
 from service.catalog.gpu_catalog import load_gpu_catalog
 from service.catalog.model_catalog import load_model_catalog
 from service.estimator.inference import InferenceRequest, fit_inference
-from service.estimator.inference.evaluate import fits
-from service.estimator.inference.fit import candidate_counts
-from service.estimator.inference.request import setup_for
-from service.estimator.parallel import splits
-from service.estimator.search import MAX_SEARCH_STEPS
+from service.estimator.inference.fit import runnable_splits
+from service.estimator.inference.request import resolved, setup_for
+from service.estimator.inference.verdict import judge
 
 CASES = [
     # (model, GPU or MIG slice, engine, sequence_length, batch_size)
@@ -28,21 +26,14 @@ CASES = [
 
 
 def _every_count_in_order(req: InferenceRequest) -> int | None:
-    """The definition: the first candidate count with a split that fits, trying every count
-    from 1 (so the weights floor the service skips below is checked too) up to the top of the
-    service's window."""
+    """The definition: the first GPU count, from 1 up, with a runnable split (TP the engine
+    can run within one node, PP at most the layers) whose verdict is that it fits. The service
+    skips counts below the weights floor and builds setups lazily; it must agree."""
     assert req.gpu_memory_bytes is not None
-    arch = req.arch
-    whole = setup_for(req, 1, 1).stages[0].weights
-    floor_count = -(-whole // req.gpu_memory_bytes)
-    candidates = candidate_counts(arch)
-    above = [c for c in candidates if c >= floor_count]
-    top = above[:MAX_SEARCH_STEPS][-1]
-    for n in [c for c in candidates if c <= top]:
-        for t, p in splits(arch, n):
-            setup = setup_for(req, t, p)
-            usable = setup.usable(req.gpu_memory_bytes)
-            if fits(setup, usable, req.sequences, req.sequence_length, req.prompt):
+    req = resolved(req)
+    for n in range(1, 1025):
+        for t, p in runnable_splits(req, n):
+            if judge(req, setup_for(req, t, p), req.gpu_memory_bytes).fits:
                 return n
     return None
 
@@ -77,4 +68,4 @@ def test_no_fit_is_null_and_says_how_far_it_looked() -> None:
     )
     fit = fit_inference(req, "small", None)
     assert fit.min_gpu_count is None
-    assert any("no valid TP × PP split" in a for a in fit.assumptions)
+    assert any("no runnable TP × PP split" in a for a in fit.assumptions)

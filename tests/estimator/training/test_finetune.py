@@ -5,6 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from service.estimator.errors import InvalidRequest
+from service.estimator.gpu import GpuSpec
 from service.estimator.model import read_config
 from service.estimator.training import (
     FinetuneRequest,
@@ -119,7 +120,7 @@ def test_more_tokens_never_needs_less(b, s, method):
 def test_fit_and_inverse_answers_are_consistent():
     usable = 80 * 10**9
     req = FinetuneRequest(ARCH, method="lora", precision="bf16")
-    fit = fit_finetune(req, usable, "h100")
+    fit = fit_finetune(req, GpuSpec("h100", "H100", usable))
     assert fit.fits and fit.headroom_bytes == usable - fit.required_bytes
     assert fit.max_batch_size and fit.max_sequence_length
     over = FinetuneRequest(ARCH, method="lora", precision="bf16", batch_size=fit.max_batch_size + 1)
@@ -130,7 +131,9 @@ def test_fit_and_inverse_answers_are_consistent():
 
 def test_min_gpu_count_with_zero3():
     usable = 24 * 10**9
-    fit = fit_finetune(FinetuneRequest(ARCH, gpu_count=2, zero_stage=3), usable, "l4")
+    fit = fit_finetune(
+        FinetuneRequest(ARCH, gpu_count=2, zero_stage=3), GpuSpec("l4", "L4", usable)
+    )
     # fp32 master copy and Adam states alone are 12 bytes per parameter, sharded over the
     # data-parallel GPUs: 8.03e9 × 12 / 2 = 48 GB per GPU at two, so more than two are needed.
     assert fit.min_gpu_count is not None and fit.min_gpu_count > 2
@@ -199,3 +202,12 @@ def test_freeze_defaults_to_the_last_two_layers():
     layer = 2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336 + 2 * 4096
     assert default.details["trainable_parameters"] == 2 * layer
     assert any("last 2 decoder layers" in a for a in default.assumptions)
+
+
+def test_a_job_across_mig_slices_cannot_run():
+    # NCCL does not span MIG instances: data parallelism over slices is no layout.
+    slice_ = GpuSpec("h100/3g.40gb", "H100 MIG 3g.40gb", 40 * 2**30, mig_profile="3g.40gb")
+    fit = fit_finetune(FinetuneRequest(ARCH, method="qlora", gpu_count=2), slice_)
+    assert not fit.fits and fit.reason == "mig_cannot_span"
+    one = fit_finetune(FinetuneRequest(ARCH, method="qlora"), slice_)
+    assert one.fits and one.min_gpu_count == 1

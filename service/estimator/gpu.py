@@ -1,0 +1,48 @@
+"""The GPU a fit is judged on, as the estimator needs it.
+
+The HTTP layer builds a :class:`GpuSpec` from a catalog record (or from a bare memory figure a
+scheduler holds): the memory a process sees (a whole GPU, or one MIG slice), what the CUDA
+runtime reports as its total (what engines budget from), and the capabilities engines check
+(compute capability, bf16, fp8). Capabilities left unknown are not checked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["DEFAULT_GPUS_PER_NODE", "GpuSpec"]
+
+#: GPUs tensor parallelism may span: one node's NVLink domain (8 on HGX / DGX boards).
+DEFAULT_GPUS_PER_NODE = 8
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSpec:
+    """One GPU type (or MIG slice) a workload is placed on.
+
+    ``total_bytes`` is the total a CUDA process sees (``cudaMemGetInfo``; what vLLM prints as
+    total GPU memory), the basis of every budget. ``mig_profile`` is set for a MIG slice: a
+    process sees one slice, and NCCL does not span MIG instances. ``shared``: time-sliced
+    replicas, whose memory is not isolated.
+    """
+
+    ref: str
+    name: str
+    total_bytes: int
+    compute_capability: tuple[int, int] | None = None
+    bf16: bool | None = None
+    fp8: bool | None = None
+    mig_profile: str | None = None
+    mig_max_instances: int | None = None
+    shared: bool = False
+    gpus_per_node: int = DEFAULT_GPUS_PER_NODE
+
+    @property
+    def is_mig(self) -> bool:
+        return self.mig_profile is not None
+
+    def supports_bf16(self) -> bool:
+        """bf16 compute (unknown: assumed, as on every GPU since Ampere)."""
+        if self.bf16 is not None:
+            return self.bf16
+        return self.compute_capability is None or self.compute_capability >= (8, 0)
