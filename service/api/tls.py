@@ -43,13 +43,15 @@ def server_context(settings: Settings) -> ssl.SSLContext:
 class CertificateReloader:
     """Reloads the certificate chain (and CA bundle) into `context` when the files change."""
 
-    def __init__(self, context: ssl.SSLContext, settings: Settings) -> None:
+    def __init__(
+        self, context: ssl.SSLContext, settings: Settings, check_interval_s: float = RELOAD_CHECK_S
+    ) -> None:
         assert settings.tls_cert_file is not None and settings.tls_key_file is not None
         self.context = context
         self.cert, self.key = settings.tls_cert_file, settings.tls_key_file
         self.ca = settings.tls_client_ca_file
         paths: list[Path] = [self.cert, self.key] + ([self.ca] if self.ca else [])
-        self.watch = FileWatch(paths, RELOAD_CHECK_S)
+        self.watch = FileWatch(paths, check_interval_s)
 
     def maybe_reload(self) -> None:
         if not self.watch.changed():
