@@ -153,8 +153,13 @@ class CpuPool:
         *args: *Ts,
         deadline_s: float | None = None,
         receive: Receive | None = None,
+        grace_s: float = 0.0,
     ) -> T:
-        """`fn(*args)` on a pool thread; raises Overloaded, DeadlineExceeded or Cancelled."""
+        """`fn(*args)` on a pool thread; raises Overloaded, DeadlineExceeded or Cancelled.
+
+        `grace_s`: after the deadline, how long to wait for the work to return what it has
+        (work that catches `Cancelled` at a checkpoint and returns a partial result, e.g. a
+        batch answering its unfinished items with problems); 0 answers at the deadline."""
         if self.admitted >= self.capacity:
             self._count("overloaded")
             raise Overloaded(self.capacity)
@@ -178,8 +183,11 @@ class CpuPool:
                 watcher.cancel()
         if not done:
             token.cancel("deadline")
-            self._count("deadline")
-            raise DeadlineExceeded(deadline_s)
+            if grace_s > 0:
+                done, _ = await asyncio.wait({future}, timeout=grace_s)
+            if not done:
+                self._count("deadline")
+                raise DeadlineExceeded(deadline_s)
         try:
             return future.result()
         except Cancelled as exc:
@@ -209,8 +217,15 @@ class CpuPool:
 
 
 async def run_cpu_bound(
-    request: Request, fn: Callable[[*Ts], T], *args: *Ts, deadline_s: float | None = None
+    request: Request,
+    fn: Callable[[*Ts], T],
+    *args: *Ts,
+    deadline_s: float | None = None,
+    grace_s: float = 0.0,
 ) -> T:
-    """`fn(*args)` on the app's pool, cancelled if this request's client disconnects."""
+    """`fn(*args)` on the app's pool, cancelled if this request's client disconnects. Call it
+    once the request body has been read (it then listens for the disconnect)."""
     pool: CpuPool = request.app.state.cpu_pool
-    return await pool.run(fn, *args, deadline_s=deadline_s, receive=request.receive)
+    return await pool.run(
+        fn, *args, deadline_s=deadline_s, receive=request.receive, grace_s=grace_s
+    )

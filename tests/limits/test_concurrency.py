@@ -117,6 +117,30 @@ def test_the_deadline_answers_the_caller_and_stops_the_work() -> None:
     assert _metric(metrics, "estimate_pool_rejected_total", reason="deadline") == 1
 
 
+def test_within_the_grace_the_work_returns_what_it_finished() -> None:
+    """A batch-like piece of work catches Cancelled at a checkpoint and returns a partial
+    result; with a grace period the caller gets it instead of DeadlineExceeded."""
+    pool = CpuPool(threads=1, queue=0, deadline_s=0.2)
+
+    def batch(items: int, item_s: float) -> list[str]:
+        done: list[str] = []
+        for i in range(items):
+            try:
+                checkpoint()
+            except Cancelled:
+                return done + ["unfinished"] * (items - i)
+            end = time.perf_counter() + item_s
+            while time.perf_counter() < end:
+                pass
+            done.append("ok")
+        return done
+
+    # Items of 0.3 s: the deadline (0.2 s) falls inside the first item, so the partial result
+    # comes one item after it, within the grace.
+    result = asyncio.run(pool.run(batch, 100, 0.3, grace_s=1.0))
+    assert result == ["ok"] + ["unfinished"] * 99, result[:3]
+
+
 def test_work_queued_past_its_deadline_never_starts() -> None:
     pool = CpuPool(threads=1, queue=1, deadline_s=5)
     first, second = Work(), Work()
