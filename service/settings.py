@@ -155,6 +155,4 @@ class Settings(BaseSettings):
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
     """The process's settings, read from the environment once."""
-    # Every field has a default and the environment fills the rest: mypy without pydantic's
-    # plugin sees required constructor arguments.
-    return Settings()  # type: ignore[call-arg]
+    return Settings()

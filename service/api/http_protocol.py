@@ -37,7 +37,7 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-from service.api.problems import PROBLEM_MEDIA_TYPE, problem_bytes
+from service.api.problems import KINDS, PROBLEM_MEDIA_TYPE, problem_bytes
 
 # Called with the status of each answer this layer gives itself (metrics).
 RefusalHook = Callable[[int], None]
@@ -52,7 +52,7 @@ class HeadLimits:
 
 
 class _Refusal(Exception):
-    def __init__(self, status: int, detail: str, kind: str | None = None) -> None:
+    def __init__(self, status: int, detail: str, kind: tuple[str, str] | None = None) -> None:
         super().__init__(detail)
         self.status, self.detail, self.kind = status, detail, kind
 
@@ -207,7 +207,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
                 408,
                 f"The request head did not arrive within {self.limits.timeout_s:g} s; send the "
                 "request line and header fields promptly (the connection is closed).",
-                kind="header-timeout",
+                kind=KINDS["header-timeout"],
             )
         )
 

@@ -21,7 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.api.access_log import AccessLog
 from service.api.metrics import Metrics
-from service.api.problems import PROBLEM_MEDIA_TYPE, problem_body
+from service.api.problems import KINDS, PROBLEM_MEDIA_TYPE, problem_body
 
 error_logger = logging.getLogger("service.errors")
 
@@ -126,7 +126,7 @@ class RequestContextMiddleware:
                     "grace period; retry it (another replica will answer).",
                     scope["path"],
                     request_id,
-                    kind="shutting-down",
+                    kind=KINDS["shutting-down"],
                     extra=[(b"retry-after", b"1"), (b"connection", b"close")],
                 )
             raise
@@ -167,7 +167,7 @@ async def _send_problem(
     detail: str,
     path: str,
     request_id: str,
-    kind: str | None = None,
+    kind: tuple[str, str] | None = None,
     extra: Sequence[tuple[bytes, bytes]] = (),
 ) -> None:
     body = problem_body(status, detail, instance=path, request_id=request_id, kind=kind)

@@ -42,7 +42,7 @@ _TITLES: dict[int, tuple[str, str]] = {
     500: ("/problems/internal-error", "Internal server error"),
     503: ("/problems/unavailable", "Service unavailable"),
 }
-# Problems of one status that differ in kind: (type, title) by a short name.
+# Problems of one status that differ in kind: (type, title) by a short name, for `kind=`.
 KINDS: dict[str, tuple[str, str]] = {
     "header-timeout": ("/problems/header-timeout", "Request head not received in time"),
     "overloaded": ("/problems/overloaded", "Too many estimates in progress"),
@@ -96,11 +96,11 @@ def problem_body(
     errors: Sequence[dict[str, str]] | None = None,
     instance: str | None = None,
     request_id: str | None = None,
-    kind: str | None = None,
+    kind: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The JSON body of a problem document (also used for items of a batch); `kind` picks one
-    of `KINDS` instead of the status's default type and title."""
-    type_, title = KINDS[kind] if kind else _TITLES.get(status, ("about:blank", "Error"))
+    """The JSON body of a problem document (also used for items of a batch); `kind` overrides
+    the status's (type, title)."""
+    type_, title = kind or _TITLES.get(status, ("about:blank", "Error"))
     body: dict[str, Any] = {"type": type_, "title": title, "status": status, "detail": detail}
     if instance is not None:
         body["instance"] = instance
@@ -228,7 +228,7 @@ async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
 
 async def _on_overloaded(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, Overloaded | DeadlineExceeded)
-    kind = "overloaded" if isinstance(exc, Overloaded) else "deadline-exceeded"
+    kind = KINDS["overloaded" if isinstance(exc, Overloaded) else "deadline-exceeded"]
     response = problem_response(request, 503, str(exc), kind=kind)
     response.headers["Retry-After"] = str(exc.retry_after_s)
     return response
