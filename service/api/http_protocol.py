@@ -68,6 +68,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().__init__(*args, **kwargs)
         self.reading_head = True  # the next bytes belong to a request head
         self.head_bytes = 0
+        self.head_started: float | None = None  # loop time of the head's first byte
         self.head_timer: asyncio.TimerHandle | None = None
         self.refusal: _Refusal | None = None
         self.tls_extension: dict[str, Any] | None = None
@@ -95,16 +96,17 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def data_received(self, data: bytes) -> None:
         if self.reading_head:
-            if self.head_timer is None:  # first byte of a request on a kept-alive connection
-                self._arm_head_timer()
+            if self.head_started is None:
+                self.head_started = self.loop.time()
             self.head_bytes += len(data)
         super().data_received(data)
-        if (
-            self.reading_head
-            and self.head_bytes > self.limits.max_bytes
-            and not self.transport.is_closing()
-        ):
+        if not self.reading_head or self.transport.is_closing():
+            return
+        if self.head_bytes > self.limits.max_bytes:
             self._refuse(self._too_large(len(getattr(self, "url", b""))))
+        elif self.head_timer is None and self.head_started is not None:
+            # A head that did not come whole in one read (most do, and need no timer).
+            self._arm_head_timer(self.head_started + self.limits.timeout_s)
 
     # -- parser callbacks --------------------------------------------------------------------
 
@@ -116,6 +118,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._cancel_head_timer()
         self.reading_head = False
+        self.head_started = None
         if self.head_bytes > self.limits.max_bytes:
             # The count includes whatever body bytes came in the same chunks: measure the head.
             url = len(self.url)
@@ -187,8 +190,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     # -- head deadline -----------------------------------------------------------------------
 
-    def _arm_head_timer(self) -> None:
-        self.head_timer = self.loop.call_later(self.limits.timeout_s, self._head_timed_out)
+    def _arm_head_timer(self, at: float | None = None) -> None:
+        when = self.loop.time() + self.limits.timeout_s if at is None else at
+        self.head_timer = self.loop.call_at(when, self._head_timed_out)
 
     def _cancel_head_timer(self) -> None:
         if self.head_timer is not None:
