@@ -21,14 +21,21 @@ help:  ## List the targets
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-$(RUNTIME_STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e .
+# The runtime at the versions and hashes the image installs (requirements.lock), then the
+# project itself, editable.
+$(RUNTIME_STAMP): pyproject.toml requirements.lock | $(PY)
+	$(PY) -m pip install --quiet --disable-pip-version-check --require-hashes --no-deps \
+		-r requirements.lock
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
 	@touch $@
 
-# The reference extras (torch CPU, transformers, peft) back the parameter-count and tracer tests.
-$(TEST_STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,reference]'
-	@touch $@ $(RUNTIME_STAMP)
+# Everything `make test` runs: the test tools, ruff and mypy, selenium, the deployment
+# checkers, and the reference extras (torch CPU, transformers, peft) behind the
+# parameter-count and tracer tests.
+$(TEST_STAMP): $(RUNTIME_STAMP) | $(PY)
+	$(PY) -m pip install --quiet --disable-pip-version-check \
+		-e '.[test,lint,browser,deploy,reference]'
+	@touch $@
 
 venv: $(TEST_STAMP)  ## Create .venv with everything the tests need
 

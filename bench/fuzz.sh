@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
-# `make fuzz`: schemathesis against the live production server's /openapi.json.
+# `make fuzz`: schemathesis against the live production server's /openapi.json, then the
+# hostile corpus of issue 18 (bench/hostile.py) against the same server.
 #
 # Starts `python -m service` (one uvicorn worker, as production runs it) on a free loopback
 # port, waits for /readyz, then runs `st run` over every operation with FUZZ_EXAMPLES examples
 # each (default 1000) in all four phases (examples, coverage, fuzzing, stateful), positive and
 # negative data (`--mode all`), and schemathesis's default checks (no 5xx, status codes,
 # content types, headers and bodies as the schema declares, negative data rejected, ...).
+# Then bench/hostile.py replays what schemathesis would not generate: real quantization
+# configs, overflowing byte counts, a batch abandoned by its client (the worker's CPU time
+# must stop growing), a 64 MB header and a stalled head (the head deadline is shortened to
+# FUZZ_HEADER_TIMEOUT_S, 3 s, so the run does not wait the production 10 s), HEAD, malformed
+# HTTP and the 413 route label.
 # CI runs a small count in-process (tests/api/test_schemathesis.py); this is the big run.
 #
 # Environment: PY (the venv's python), FUZZ_EXAMPLES, FUZZ_SEED, FUZZ_WORKERS (default 1: the
@@ -22,11 +28,13 @@ SEED=${FUZZ_SEED:-20241202}
 WORKERS=${FUZZ_WORKERS:-1}
 TIMEOUT_S=${FUZZ_TIMEOUT_S:-3600}
 REPORT_DIR=${FUZZ_REPORT_DIR:-test-output/fuzz}
+HEADER_TIMEOUT_S=${FUZZ_HEADER_TIMEOUT_S:-3}
 PORT=$("$PY" -c 'from bench.harness import free_port; print(free_port())')
 URL="http://127.0.0.1:${PORT}"
 mkdir -p "$REPORT_DIR"
 
 LLMMEM_HOST=127.0.0.1 LLMMEM_PORT="$PORT" LLMMEM_ACCESS_LOG=false \
+    LLMMEM_HEADER_READ_TIMEOUT_S="$HEADER_TIMEOUT_S" \
     "$PY" -m service >"$REPORT_DIR/service.log" 2>&1 &
 SERVER_PID=$!
 stop_server() {
@@ -59,6 +67,10 @@ timeout "$TIMEOUT_S" "$ST" run "$URL/openapi.json" \
     --report junit,ndjson \
     --report-dir "$REPORT_DIR" \
     --no-color 2>&1 | tee "$REPORT_DIR/st.log" || status=$?
+
+echo "fuzz: hostile corpus (issue 18) against $URL"
+"$PY" -m bench.hostile "$URL" --pid "$SERVER_PID" --header-timeout-s "$HEADER_TIMEOUT_S" \
+    --report "$REPORT_DIR/hostile.json" 2>&1 | tee "$REPORT_DIR/hostile.log" || status=1
 
 if grep -q '"level":"error"' "$REPORT_DIR/service.log"; then
     echo "fuzz: the service logged errors (see $REPORT_DIR/service.log):"

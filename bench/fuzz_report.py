@@ -1,7 +1,8 @@
 """Append a `make fuzz` run's summary to bench/results.md (or print it, FUZZ_RESULTS=-).
 
 Reads schemathesis's JUnit report (operations, failures) and its console log (test cases
-generated and passed, warnings) from the report directory bench/fuzz.sh wrote.
+generated and passed, warnings), and the hostile corpus's outcomes (hostile.json, one per case
+of bench/hostile.py), from the report directory bench/fuzz.sh wrote.
 
 Usage: python -m bench.fuzz_report REPORT_DIR EXAMPLES SEED EXIT_STATUS
 """
@@ -9,6 +10,7 @@ Usage: python -m bench.fuzz_report REPORT_DIR EXAMPLES SEED EXIT_STATUS
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import re
 import sys
@@ -38,6 +40,9 @@ def summary(report_dir: Path, examples: str, seed: str, status: int) -> str:
         '"level":"error"' in line
         for line in (report_dir / "service.log").read_text(errors="replace").splitlines()
     )
+    hostile_path = report_dir / "hostile.json"
+    hostile = json.loads(hostile_path.read_text()) if hostile_path.exists() else []
+    hostile_failed = [h for h in hostile if not h["passed"]]
     when = dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     generated = cases.group(1) if cases else "?"
     passed = cases.group(2) if cases else "?"
@@ -55,9 +60,12 @@ def summary(report_dir: Path, examples: str, seed: str, status: int) -> str:
         f"- Test cases: {generated} generated, {passed} passed.",
         f"- Errors in the service log: **{service_errors}**.",
         f"- schemathesis warnings (not failures): {'; '.join(warnings) if warnings else 'none'}.",
-        "",
-        f"Verdict: **{'PASS' if status == 0 and not failed and not service_errors else 'FAIL'}**.",
+        f"- Hostile corpus (bench/hostile.py, issue 18): {len(hostile) - len(hostile_failed)} of "
+        f"{len(hostile)} cases pass.",
     ]
+    lines += [f"  - fails [{h['section']}] {h['case']}: {h['detail']}" for h in hostile_failed]
+    clean = status == 0 and not failed and not service_errors and not hostile_failed
+    lines += ["", f"Verdict: **{'PASS' if clean else 'FAIL'}**."]
     return "\n".join(lines) + "\n"
 
 

@@ -1,8 +1,14 @@
-"""`make soak`: a minute of mixed load on the production server, then SIGTERM under load.
+"""`make soak`: hostile phases, a minute of mixed load, then SIGTERM under load.
 
-Starts the service as production runs it (`python -m service`, one uvicorn worker, access log
-on, to a file) and drives it from this separate process with httpx for `--duration` seconds
-(60 by default) with a weighted mix of:
+First the hostile phases of bench/soak_phases.py (issue 18): huge headers, slow headers and
+64 connections of heavy distinct configs, each on a fresh worker held to the production
+memory limit (a 256 MiB memory cgroup) with /healthz probed throughout; each phase reports
+pass or fail against its target (/healthz p99 < 100 ms, RSS < 200 MiB, no 5xx). `--phases`
+picks them (`headers,slow,heavy,mixed`).
+
+Then the minute: starts the service as production runs it (`python -m service`, one uvicorn
+worker, access log on, to a file, the same memory limit) and drives it from this separate
+process with httpx for `--duration` seconds (60 by default) with a weighted mix of:
 
 * valid estimates of every kind: catalog inference on each engine with a GPU fit, a posted
   `hf_config`, a bare parameter count (simple rules), fine-tunes of each method, small batches;
@@ -42,7 +48,7 @@ from typing import Any
 
 import httpx
 
-from bench import harness
+from bench import harness, soak_phases
 
 RESULTS = harness.REPO / "bench" / "results.md"
 GROWTH_LIMIT = 0.10
@@ -413,7 +419,8 @@ def render(data: dict[str, Any], mix: list[Scenario]) -> str:
         f"## Soak (`make soak`), {data['when']}",
         "",
         f"{data['duration_s']:.0f} s of mixed load on `python -m service` (one worker, "
-        f"production settings): {WORKERS} keep-alive clients plus a burst of {BURST_SIZE} "
+        f"production settings, memory {data['limit']}): {WORKERS} keep-alive clients plus a "
+        f"burst of {BURST_SIZE} "
         f"concurrent requests on fresh connections every {BURST_EVERY_S:.0f} s "
         f"({data['bursts']} bursts). Load average before {data['load_before']}, after "
         f"{data['load_after']}.",
@@ -457,58 +464,124 @@ def render(data: dict[str, Any], mix: list[Scenario]) -> str:
     return "\n".join(lines)
 
 
+def hostile_phases(
+    tmp: Path, limit: soak_phases.MemoryLimit, args: argparse.Namespace, header_timeout_s: float
+) -> list[soak_phases.Phase]:
+    """The phases of bench/soak_phases.py, each on a fresh worker (an OOM kill in one must not
+    hide the next) held to the production memory limit."""
+    runs = {
+        "headers": lambda server: soak_phases.huge_headers(server, limit),
+        "slow": lambda server: soak_phases.slow_headers(server, limit, header_timeout_s),
+        "heavy": lambda server: soak_phases.heavy_distinct(
+            server, limit, args.heavy_duration, args.seed
+        ),
+    }
+    phases = []
+    for name in args.phases:
+        if name not in runs:
+            continue
+        server = soak_phases.start_limited(tmp / f"{name}.log", limit)
+        try:
+            harness.wait_ready(server)
+            print(f"soak: phase {name} against {server.url} (pid {server.pid})", flush=True)
+            phase = runs[name](server)
+        finally:
+            harness.stop(server)
+        print(f"soak: phase {name}: {'pass' if phase.passed else 'FAIL'}", flush=True)
+        phases.append(phase)
+    return phases
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=60.0)
+    parser.add_argument("--heavy-duration", type=float, default=20.0)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--phases",
+        type=lambda text: text.split(","),
+        default=["headers", "slow", "heavy", "mixed"],
+        help="comma-separated: headers, slow, heavy (bench/soak_phases.py), mixed (the minute)",
+    )
+    parser.add_argument("--label", default="", help="added to the results headings")
+    parser.add_argument("--no-memory-limit", action="store_true")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
     from service.settings import Settings
 
     defaults = Settings()
+    limit = soak_phases.MemoryLimit(soak_phases.PROD_MEMORY_LIMIT, enabled=not args.no_memory_limit)
+    print(f"soak: worker memory {limit.describe()}", flush=True)
+    when = dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    sections: list[str] = []
+    passed = True
+    try:
+        with tempfile.TemporaryDirectory(prefix="llmmem-soak-") as tmp:
+            load_before = harness.load_average()
+            phases = hostile_phases(Path(tmp), limit, args, defaults.header_read_timeout_s)
+            if phases:
+                passed = all(phase.passed for phase in phases)
+                load = (load_before, harness.load_average())
+                sections.append(soak_phases.render(phases, limit, args.label, when, load))
+            if "mixed" in args.phases:
+                section, mixed_passed = mixed_minute(Path(tmp), limit, args, defaults, when)
+                sections.append(section)
+                passed = passed and mixed_passed
+    finally:
+        limit.remove()
+    text = "".join(sections)
+    print(text)
+    if not args.no_write and text:
+        harness.append_result(RESULTS, text)
+        print(f"appended to {RESULTS.relative_to(harness.REPO)}")
+    return 0 if passed else 1
+
+
+def mixed_minute(
+    tmp: Path,
+    limit: soak_phases.MemoryLimit,
+    args: argparse.Namespace,
+    defaults: Any,
+    when: str,
+) -> tuple[str, bool]:
+    """The minute of mixed load, then SIGTERM under load; its section and verdict."""
     data: dict[str, Any] = {
-        "when": dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
+        "when": when + (f": {args.label}" if args.label else ""),
         "load_before": harness.load_average(),
         "duration_s": args.duration,
+        "limit": limit.describe(),
     }
-    with tempfile.TemporaryDirectory(prefix="llmmem-soak-") as tmp:
-        server = harness.start_service(Path(tmp) / "service.log")
-        try:
-            harness.wait_ready(server)
-            models = [
-                m["id"] for m in json.loads(harness.request(server.url + "/v1/models")[1])["models"]
-            ]
-            gpus = [
-                g["id"] for g in json.loads(harness.request(server.url + "/v1/gpus")[1])["gpus"]
-            ]
-            mix = scenarios(models, gpus, defaults.max_body_bytes)
-            print(
-                f"soak: {args.duration:.0f} s against {server.url} (pid {server.pid})", flush=True
-            )
-            data["prefill"] = asyncio.run(
-                fill_caches(server.url, mix, args.seed, defaults.response_cache_bytes, 120.0)
-            )
-            data["cache_bytes"] = defaults.response_cache_bytes
-            data["rss_prefilled"] = harness.rss_bytes(server.pid)
-            print(f"soak: caches filled with {data['prefill']} distinct estimates", flush=True)
-            tally, rss, bursts = asyncio.run(
-                mixed_load(server.url, server.pid, args.duration, args.seed, mix)
-            )
-            data.update(tally=tally, rss=rss_growth(rss, args.duration), bursts=bursts)
-            print(
-                f"soak: {tally.count} answered, {len(tally.server_errors)} 5xx, "
-                f"{len(tally.dropped)} dropped, RSS growth {data['rss']['growth']:+.1%}",
-                flush=True,
-            )
-            data["shutdown"] = asyncio.run(
-                shutdown_under_load(server, defaults.graceful_shutdown_s)
-            )
-            print(f"soak: shutdown {data['shutdown']}", flush=True)
-            log_errors = [
-                line for line in server.log_tail(100000).splitlines() if '"level":"error"' in line
-            ]
-        finally:
-            harness.stop(server)
+    server = soak_phases.start_limited(tmp / "service.log", limit)
+    try:
+        harness.wait_ready(server)
+        models = [
+            m["id"] for m in json.loads(harness.request(server.url + "/v1/models")[1])["models"]
+        ]
+        gpus = [g["id"] for g in json.loads(harness.request(server.url + "/v1/gpus")[1])["gpus"]]
+        mix = scenarios(models, gpus, defaults.max_body_bytes)
+        print(f"soak: {args.duration:.0f} s against {server.url} (pid {server.pid})", flush=True)
+        data["prefill"] = asyncio.run(
+            fill_caches(server.url, mix, args.seed, defaults.response_cache_bytes, 120.0)
+        )
+        data["cache_bytes"] = defaults.response_cache_bytes
+        data["rss_prefilled"] = harness.rss_bytes(server.pid)
+        print(f"soak: caches filled with {data['prefill']} distinct estimates", flush=True)
+        tally, rss, bursts = asyncio.run(
+            mixed_load(server.url, server.pid, args.duration, args.seed, mix)
+        )
+        data.update(tally=tally, rss=rss_growth(rss, args.duration), bursts=bursts)
+        print(
+            f"soak: {tally.count} answered, {len(tally.server_errors)} 5xx, "
+            f"{len(tally.dropped)} dropped, RSS growth {data['rss']['growth']:+.1%}",
+            flush=True,
+        )
+        data["shutdown"] = asyncio.run(shutdown_under_load(server, defaults.graceful_shutdown_s))
+        print(f"soak: shutdown {data['shutdown']}", flush=True)
+        log_errors = [
+            line for line in server.log_tail(100000).splitlines() if '"level":"error"' in line
+        ]
+    finally:
+        harness.stop(server)
     data["load_after"] = harness.load_average()
     data["passed"] = (
         not tally.server_errors
@@ -524,11 +597,7 @@ def main() -> int:
             + "\n".join(f"- `{line[:300]}`" for line in log_errors[:5])
             + "\n"
         )
-    print(section)
-    if not args.no_write:
-        harness.append_result(RESULTS, section)
-        print(f"appended to {RESULTS.relative_to(harness.REPO)}")
-    return 0 if data["passed"] else 1
+    return section, bool(data["passed"])
 
 
 if __name__ == "__main__":

@@ -15,7 +15,16 @@ K8S_RENDER_DIR := build/k8s
 DEPLOY_IMAGE ?= registry.example.com/llm/gpu-memory-estimator
 DEPLOY_IMAGE_TAG ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: deploy-check lint-docker k8s-render k8s-validate deploy-test image-build image-push
+.PHONY: deploy-check lint-docker k8s-render k8s-validate deploy-test image-build image-push \
+	lock base-image-digest
+
+# The lock files are resolved against PyPI alone (the machine's pip configuration, extra
+# indexes and find-links, is ignored) so their hashes are those of the public files for
+# every platform, and no local path is written into them.
+PIP_COMPILE := env -u PIP_FIND_LINKS -u PIP_INDEX_URL -u PIP_EXTRA_INDEX_URL PIP_CONFIG_FILE=/dev/null \
+	$(VENV)/bin/pip-compile --quiet --generate-hashes --strip-extras --allow-unsafe \
+	--no-emit-index-url --no-emit-find-links
+BASE_IMAGE := python:3.11.14-slim-trixie
 
 deploy-check: lint-docker k8s-validate  ## hadolint the Dockerfile; render and validate every overlay
 
@@ -46,3 +55,16 @@ image-build:  ## docker build -t DEPLOY_IMAGE:DEPLOY_IMAGE_TAG .
 
 image-push: image-build  ## docker push DEPLOY_IMAGE:DEPLOY_IMAGE_TAG
 	docker push $(DEPLOY_IMAGE):$(DEPLOY_IMAGE_TAG)
+
+lock: $(TEST_STAMP)  ## Re-resolve requirements.lock (runtime) and requirements-build.lock (setuptools, wheel) with hashes
+	$(PIP_COMPILE) --output-file requirements.lock pyproject.toml
+	$(PIP_COMPILE) --build-deps-for wheel --only-build-deps --output-file requirements-build.lock \
+		pyproject.toml
+
+# Needs Docker with buildx (not on the dev machines): resolves the tag's multi-platform
+# index digest and writes tag@digest into both FROM lines.
+base-image-digest:  ## Pin BASE_IMAGE's current digest in the Dockerfile (needs docker buildx)
+	@digest=$$(docker buildx imagetools inspect $(BASE_IMAGE) --format '{{json .Manifest.Digest}}' | tr -d '"'); \
+	test -n "$$digest" || { echo "could not resolve $(BASE_IMAGE)" >&2; exit 1; }; \
+	sed -i -E "s|^FROM python:[^ ]+ AS|FROM $(BASE_IMAGE)@$$digest AS|" Dockerfile; \
+	grep '^FROM' Dockerfile

@@ -14,6 +14,8 @@ from fastapi.routing import APIRoute
 
 from service import __version__
 from service.api.access_log import AccessLog
+from service.api.auth import ALWAYS_OPEN, AuthMiddleware, TokenStore
+from service.api.concurrency import CpuPool
 from service.api.metrics import Metrics
 from service.api.middleware import RequestContextMiddleware, configure_logging
 from service.api.problems import install_problem_handlers
@@ -64,6 +66,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     load_catalogs(app, app.state.settings)
     yield
     app.state.ready = False
+    app.state.cpu_pool.shutdown()
     if app.state.access_log is not None:
         app.state.access_log.flush()
 
@@ -86,6 +89,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.ready = False
     app.state.metrics = Metrics()
     app.state.access_log = AccessLog(log_handler) if settings.access_log else None
+    app.state.cpu_pool = CpuPool(
+        settings.cpu_threads,
+        settings.cpu_queue,
+        settings.estimate_deadline_s,
+        metrics=app.state.metrics,
+    )
     install_problem_handlers(app)
     # Estimates first: routes are matched in order, and they are most of the traffic.
     app.include_router(estimates.router)
@@ -101,8 +110,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         max_bytes=settings.response_cache_bytes,
         max_request_bytes=settings.response_cache_max_request_bytes,
     )
-    # Outer two: a 408 for a trickled body still gets the request id, metrics and log.
+    # Outer three: a 408 for a trickled body still gets the request id, metrics and log.
     app.add_middleware(RequestReadTimeoutMiddleware, timeout_s=settings.request_read_timeout_s)
+    if settings.auth_enabled:
+        # Before anything reads the body: an unauthenticated caller costs a header scan.
+        open_paths = ALWAYS_OPEN | ({"/metrics"} if not settings.metrics_require_auth else set())
+        tokens = TokenStore(settings.auth_tokens_path) if settings.auth_tokens_path else None
+        app.add_middleware(
+            AuthMiddleware,
+            tokens=tokens,
+            client_certs=settings.tls_client_ca_file is not None,
+            open_paths=frozenset(open_paths),
+        )
     app.add_middleware(
         RequestContextMiddleware,
         metrics=app.state.metrics,

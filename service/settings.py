@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Self
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -67,6 +67,96 @@ class Settings(BaseSettings):
     graceful_shutdown_s: int = Field(
         20, ge=1, le=600, description="Seconds in-flight requests get to finish after SIGTERM."
     )
+    # --- the HTTP server (service/api/http_protocol.py, service/api/server.py) -------------
+    header_max_bytes: int = Field(
+        16_384,
+        ge=1024,
+        le=1_048_576,
+        description="Largest request head (request line and header fields) accepted; larger "
+        "heads are refused with 431 (414 when the request target alone is larger) before they "
+        "are buffered.",
+    )
+    header_read_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        le=300,
+        description="Seconds a request head may take to arrive, counted from the connection's "
+        "opening or from the first byte of a later request on a kept-alive connection (408).",
+    )
+    forwarded_allow_ips: str = Field(
+        "",
+        description="Comma-separated addresses or CIDR networks of the proxies trusted to set "
+        "X-Forwarded-For and X-Forwarded-Proto; empty (the default): nobody, the headers are "
+        "ignored.",
+    )
+    # --- TLS and authentication (service/api/tls.py, service/api/auth.py) -------------------
+    tls_cert_file: Path | None = Field(
+        None, description="PEM certificate chain of the server; with tls_key_file turns TLS on."
+    )
+    tls_key_file: Path | None = Field(None, description="PEM private key of tls_cert_file.")
+    tls_client_ca_file: Path | None = Field(
+        None,
+        description="PEM bundle of the CAs whose client certificates are accepted; set, a "
+        "verified client certificate authenticates a request.",
+    )
+    tls_client_cert: Literal["optional", "required"] = Field(
+        "optional",
+        description="`optional`: a client certificate is verified when presented and "
+        "protected routes answer 401/403 without a credential; `required`: the TLS handshake "
+        "refuses clients without one (kubelet probes included).",
+    )
+    auth_tokens_path: Path | None = Field(
+        None,
+        description="A file (one token per line) or a directory (one token per file, as a "
+        "mounted Secret) of accepted bearer tokens; set, protected routes need one. Reloaded "
+        "when it changes.",
+    )
+    metrics_require_auth: bool = Field(
+        False, description="With authentication on, /metrics also needs a credential."
+    )
+    # --- CPU-bound work off the event loop (service/api/concurrency.py) ---------------------
+    cpu_threads: int = Field(
+        2,
+        ge=1,
+        le=16,
+        description="Threads per worker that run estimates off the event loop.",
+    )
+    cpu_queue: int = Field(
+        32,
+        ge=0,
+        le=4096,
+        description="Estimates per worker that may wait for a thread; beyond it, 503 with "
+        "Retry-After.",
+    )
+    estimate_deadline_s: float = Field(
+        10.0,
+        gt=0,
+        le=600,
+        description="Seconds an estimate (or a batch) may take, queueing included (503 after).",
+    )
+
+    @model_validator(mode="after")
+    def _tls_settings_agree(self) -> Self:
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("tls_cert_file and tls_key_file must be set together")
+        if self.tls_client_ca_file is not None and self.tls_cert_file is None:
+            raise ValueError("tls_client_ca_file needs TLS on (tls_cert_file and tls_key_file)")
+        if self.tls_client_cert == "required" and self.tls_client_ca_file is None:
+            raise ValueError("tls_client_cert=required needs tls_client_ca_file")
+        return self
+
+    @property
+    def tls_enabled(self) -> bool:
+        return self.tls_cert_file is not None
+
+    @property
+    def auth_enabled(self) -> bool:
+        """Protected routes need a credential: a bearer token or a verified client certificate."""
+        return self.auth_tokens_path is not None or self.tls_client_ca_file is not None
+
+    @property
+    def trusted_proxies(self) -> list[str]:
+        return [part.strip() for part in self.forwarded_allow_ips.split(",") if part.strip()]
 
 
 @lru_cache(maxsize=1)

@@ -73,3 +73,54 @@ def test_catalog_paths_are_honoured(tmp_path: Path) -> None:
     with TestClient(create_app(Settings(gpu_catalog_path=catalog, access_log=False))) as client:
         ids = [g["id"] for g in client.get("/v1/gpus").json()["gpus"]]
     assert ids == ["test-gpu"]
+
+
+def test_hardening_defaults_are_safe() -> None:
+    """Nothing trusted, nothing required, limits on: what an unconfigured replica runs with."""
+    settings = Settings()
+    assert settings.trusted_proxies == []
+    assert settings.auth_enabled is False and settings.tls_enabled is False
+    assert settings.header_max_bytes == 16_384
+    assert settings.header_read_timeout_s == 10.0
+    assert (settings.cpu_threads, settings.cpu_queue) == (2, 32)
+    assert settings.estimate_deadline_s == 10.0
+
+
+def test_trusted_proxies_are_a_comma_separated_list(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LLMMEM_FORWARDED_ALLOW_IPS", " 10.0.0.0/8, 192.168.1.7 ,")
+    assert Settings().trusted_proxies == ["10.0.0.0/8", "192.168.1.7"]
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"LLMMEM_TLS_CERT_FILE": "/c.pem"}, "tls_key_file"),
+        ({"LLMMEM_TLS_CLIENT_CA_FILE": "/ca.pem"}, "tls_client_ca_file"),
+        (
+            {
+                "LLMMEM_TLS_CERT_FILE": "/c.pem",
+                "LLMMEM_TLS_KEY_FILE": "/k.pem",
+                "LLMMEM_TLS_CLIENT_CERT": "required",
+            },
+            "tls_client_ca_file",
+        ),
+        ({"LLMMEM_HEADER_MAX_BYTES": "100"}, "header_max_bytes"),
+        ({"LLMMEM_CPU_THREADS": "0"}, "cpu_threads"),
+    ],
+)
+def test_inconsistent_server_settings_stop_start_up(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], named: str
+) -> None:
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(ValidationError) as error:
+        Settings()
+    assert named in str(error.value)
+
+
+def test_any_credential_turns_authentication_on(tmp_path: Path) -> None:
+    assert Settings(auth_tokens_path=tmp_path).auth_enabled
+    tls = Settings(
+        tls_cert_file=tmp_path / "c", tls_key_file=tmp_path / "k", tls_client_ca_file=tmp_path
+    )
+    assert tls.tls_enabled and tls.auth_enabled

@@ -79,6 +79,31 @@ class Metrics:
             "Bytes the response cache holds (bounded by LLMMEM_RESPONSE_CACHE_BYTES).",
             registry=self.registry,
         )
+        self.http_refused = Counter(
+            "http_refused_total",
+            "Requests the HTTP layer answered itself, before the app, by status (400 malformed, "
+            "408 head not received in time, 414/431 head too large).",
+            ("status",),
+            registry=self.registry,
+        )
+        self.estimate_admitted = Gauge(
+            "estimate_pool_admitted",
+            "Estimates admitted to this worker's pool: running on a pool thread or waiting for "
+            "one (bounded by LLMMEM_CPU_THREADS + LLMMEM_CPU_QUEUE).",
+            registry=self.registry,
+        )
+        self.estimate_queue_depth = Gauge(
+            "estimate_pool_queue_depth",
+            "Estimates admitted and waiting for a pool thread.",
+            registry=self.registry,
+        )
+        self.estimate_rejected = Counter(
+            "estimate_pool_rejected_total",
+            "Estimates refused or stopped, by reason: overloaded (pool full, 503), deadline "
+            "(LLMMEM_ESTIMATE_DEADLINE_S passed, 503), disconnected (the client went away).",
+            ("reason",),
+            registry=self.registry,
+        )
         self.catalog_entries = Gauge(
             "catalog_entries",
             "Entries loaded into each catalog.",
@@ -98,6 +123,9 @@ class Metrics:
 
     def observe_estimate_latency(self, kind: str, seconds: float) -> None:
         self._child(self.estimate_latency, kind).observe(seconds)
+
+    def observe_refusal(self, status: int) -> None:
+        self._child(self.http_refused, str(status)).inc()
 
     def cache_result(self, result: str) -> None:
         self._child(self.estimate_cache, result).inc()

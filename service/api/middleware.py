@@ -1,16 +1,19 @@
 """One pure-ASGI middleware for what every request needs: a request id, JSON by default,
-metrics by route template, and a structured access-log line.
+metrics by route template, a structured access-log line, HEAD answered as GET without a body,
+and a problem document when the server cancels a request at shutdown.
 
 Pure ASGI (not BaseHTTPMiddleware) because it sits on the hot path of every scheduler call.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
 import time
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from starlette.exceptions import HTTPException
@@ -18,7 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.api.access_log import AccessLog
 from service.api.metrics import Metrics
-from service.api.problems import PROBLEM_MEDIA_TYPE, problem_body
+from service.api.problems import KINDS, PROBLEM_MEDIA_TYPE, problem_body
 
 error_logger = logging.getLogger("service.errors")
 
@@ -74,6 +77,10 @@ class RequestContextMiddleware:
         scope.setdefault("state", {})["request_id"] = request_id
         status = 500
         started = False
+        head = scope["method"] == "HEAD"
+        # HEAD is routed as GET (RFC 9110 §9.3.2: the same answer without content). A copy, so
+        # the server still sees HEAD and sends no body; the body is dropped here as well.
+        inner = {**scope, "method": "GET"} if head else scope
 
         async def send_with_id(message: Message) -> None:
             nonlocal status, started
@@ -84,6 +91,10 @@ class RequestContextMiddleware:
                     *message.get("headers", []),
                     (b"x-request-id", request_id.encode("latin-1")),
                 ]
+            elif head and message["type"] == "http.response.body":
+                if message.get("more_body", False):
+                    return
+                message = {"type": "http.response.body", "body": b""}
             await send(message)
 
         limit = self.max_body_bytes
@@ -99,11 +110,26 @@ class RequestContextMiddleware:
                     raise HTTPException(413)
             return message
 
+        # An announced oversized body is refused when the route reads it (not here, before
+        # routing), so the 413 is counted under the route asked; a route reading no body
+        # ignores it.
+        receive_app: Receive = _refuse_body if declared_length > limit else receive_within_limit
         try:
-            if declared_length > limit:
-                await _send_problem(send_with_id, 413, _too_large(limit), scope["path"], request_id)
-            else:
-                await self.app(scope, receive_within_limit, send_with_id)
+            await self.app(inner, receive_app, send_with_id)
+        except asyncio.CancelledError:
+            # The server cancels what is still running when the graceful-shutdown period ends.
+            if not started:
+                await _send_problem(
+                    send_with_id,
+                    503,
+                    "The server is shutting down and this request did not finish within its "
+                    "grace period; retry it (another replica will answer).",
+                    scope["path"],
+                    request_id,
+                    kind=KINDS["shutting-down"],
+                    extra=[(b"retry-after", b"1"), (b"connection", b"close")],
+                )
+            raise
         except Exception:
             # Answered here, inside the request-id wrapper, so even a crash carries the id;
             # the trace goes to the log only.
@@ -120,7 +146,7 @@ class RequestContextMiddleware:
             )
         finally:
             elapsed = time.perf_counter() - start
-            route = scope.get("route")
+            route = inner.get("route")
             template = getattr(route, "path", None) or UNMATCHED_ROUTE
             method = scope["method"]
             self.metrics.observe_request(method, template, status, elapsed)
@@ -131,12 +157,20 @@ class RequestContextMiddleware:
                 )
 
 
-def _too_large(limit: int) -> str:
-    return f"The request body exceeds the limit of {limit} bytes; send a smaller body."
+async def _refuse_body() -> Message:
+    raise HTTPException(413)
 
 
-async def _send_problem(send: Send, status: int, detail: str, path: str, request_id: str) -> None:
-    body = problem_body(status, detail, instance=path, request_id=request_id)
+async def _send_problem(
+    send: Send,
+    status: int,
+    detail: str,
+    path: str,
+    request_id: str,
+    kind: tuple[str, str] | None = None,
+    extra: Sequence[tuple[bytes, bytes]] = (),
+) -> None:
+    body = problem_body(status, detail, instance=path, request_id=request_id, kind=kind)
     payload = json.dumps(body).encode()
     await send(
         {
@@ -145,6 +179,7 @@ async def _send_problem(send: Send, status: int, detail: str, path: str, request
             "headers": [
                 (b"content-type", PROBLEM_MEDIA_TYPE.encode()),
                 (b"content-length", str(len(payload)).encode()),
+                *extra,
             ],
         }
     )

@@ -7,6 +7,7 @@ and, for validation errors, an `errors` list naming each offending field.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -17,6 +18,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from service.api.concurrency import Cancelled, DeadlineExceeded, Overloaded
 from service.estimator.errors import EstimatorError, NotFound
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
@@ -25,13 +27,27 @@ logger = logging.getLogger("service.errors")
 # A problem's `type` is a URI reference naming the kind of problem; titles are fixed per type.
 _TITLES: dict[int, tuple[str, str]] = {
     400: ("/problems/malformed-request", "Malformed request"),
+    401: ("/problems/unauthenticated", "Authentication required"),
+    403: ("/problems/forbidden", "Client certificate required"),
     404: ("/problems/not-found", "Not found"),
     405: ("/problems/method-not-allowed", "Method not allowed"),
     408: ("/problems/request-timeout", "Request body not received in time"),
     413: ("/problems/body-too-large", "Request body too large"),
+    414: ("/problems/uri-too-long", "Request target too long"),
     415: ("/problems/unsupported-media-type", "Unsupported media type"),
     422: ("/problems/validation-error", "Request cannot be estimated"),
+    431: ("/problems/header-too-large", "Request header fields too large"),
+    # nginx's convention for a request whose client left before the answer; never seen by one.
+    499: ("/problems/client-closed-request", "Client closed the request"),
     500: ("/problems/internal-error", "Internal server error"),
+    503: ("/problems/unavailable", "Service unavailable"),
+}
+# Problems of one status that differ in kind: (type, title) by a short name, for `kind=`.
+KINDS: dict[str, tuple[str, str]] = {
+    "header-timeout": ("/problems/header-timeout", "Request head not received in time"),
+    "overloaded": ("/problems/overloaded", "Too many estimates in progress"),
+    "deadline-exceeded": ("/problems/deadline-exceeded", "Estimate did not finish in time"),
+    "shutting-down": ("/problems/shutting-down", "Server shutting down"),
 }
 # A 422 whose every error lies in the query string or path is a bad query, not a bad estimate.
 _INVALID_QUERY = ("/problems/invalid-query", "Invalid query parameters")
@@ -95,6 +111,12 @@ def problem_body(
     if errors is not None:
         body["errors"] = list(errors)
     return body
+
+
+def problem_bytes(status: int, detail: str, **kwargs: Any) -> bytes:
+    """A problem document serialized, for code that writes responses itself (middleware, the
+    HTTP protocol)."""
+    return json.dumps(problem_body(status, detail, **kwargs), separators=(",", ":")).encode()
 
 
 def problem_response(request: Request, status: int, detail: str, **kwargs: Any) -> JSONResponse:
@@ -210,7 +232,22 @@ async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
+async def _on_overloaded(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, Overloaded | DeadlineExceeded)
+    kind = KINDS["overloaded" if isinstance(exc, Overloaded) else "deadline-exceeded"]
+    response = problem_response(request, 503, str(exc), kind=kind)
+    response.headers["Retry-After"] = str(exc.retry_after_s)
+    return response
+
+
+async def _on_cancelled(request: Request, exc: Exception) -> JSONResponse:
+    return problem_response(request, 499, "The client disconnected; the work was stopped.")
+
+
 def install_problem_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(Overloaded, _on_overloaded)
+    app.add_exception_handler(DeadlineExceeded, _on_overloaded)
+    app.add_exception_handler(Cancelled, _on_cancelled)
     app.add_exception_handler(RequestValidationError, _on_validation_error)
     app.add_exception_handler(StarletteHTTPException, _on_http_error)
     app.add_exception_handler(EstimatorError, _on_domain_error)

@@ -106,6 +106,21 @@ def test_probes_hit_readyz_and_healthz_on_the_serving_port(overlay: list[dict[st
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 30
 
 
+def test_probes_match_what_the_service_promises(overlay: list[dict[str, Any]]) -> None:
+    """/healthz answers under 100 ms at p99 with the estimate pool saturated
+    (tests/server/test_event_loop_free.py); the probes allow ten times that per try, and
+    liveness gives up only after more than twice the longest an estimate may run."""
+    container = _container(overlay)
+    settings_env = _settings(overlay)
+    llmmem = {k.removeprefix("LLMMEM_").lower(): v for k, v in settings_env.items()}
+    settings = Settings(**{k: v for k, v in llmmem.items() if k in Settings.model_fields})
+    for name in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert container[name]["timeoutSeconds"] * 1000 >= 10 * 100, name
+    liveness = container["livenessProbe"]
+    patience_s = liveness["periodSeconds"] * liveness["failureThreshold"]
+    assert patience_s >= 2 * settings.estimate_deadline_s
+
+
 def test_settings_configmap_drives_the_server(overlay: list[dict[str, Any]]) -> None:
     settings_env = _settings(overlay)
     fields = {f"LLMMEM_{name.upper()}" for name in Settings.model_fields}
@@ -118,7 +133,9 @@ def test_settings_configmap_drives_the_server(overlay: list[dict[str, Any]]) -> 
     assert "command" not in container and "args" not in container, (
         "the image's `python -m service` reads the settings; flags would override them"
     )
-    assert settings_env.get("FORWARDED_ALLOW_IPS"), "proxy headers need trusted proxies"
+    # Trust only what the deployment names: never a wildcard, never uvicorn's own variable.
+    assert "FORWARDED_ALLOW_IPS" not in settings_env
+    assert "*" not in settings.trusted_proxies
 
 
 def test_resources_are_requested_and_limited(overlay: list[dict[str, Any]]) -> None:

@@ -12,6 +12,8 @@ from bench import harness
 # Short, so the slow-client tests finish quickly; the production defaults are in settings.py.
 READ_TIMEOUT_S = 2.0
 KEEP_ALIVE_S = 2
+HEADER_TIMEOUT_S = 2.0
+HEADER_MAX_BYTES = 16_384
 
 
 @pytest.fixture(scope="module")
@@ -22,6 +24,8 @@ def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[harness.Se
         extra_env={
             "LLMMEM_REQUEST_READ_TIMEOUT_S": str(READ_TIMEOUT_S),
             "LLMMEM_TIMEOUT_KEEP_ALIVE_S": str(KEEP_ALIVE_S),
+            "LLMMEM_HEADER_READ_TIMEOUT_S": str(HEADER_TIMEOUT_S),
+            "LLMMEM_HEADER_MAX_BYTES": str(HEADER_MAX_BYTES),
             "LLMMEM_ACCESS_LOG": "false",
         },
     )

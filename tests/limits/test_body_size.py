@@ -8,6 +8,7 @@ import json
 import socket
 from collections.abc import Iterator
 
+import pytest
 from fastapi.testclient import TestClient
 
 from bench import harness
@@ -76,3 +77,24 @@ def test_live_server_answers_413_to_an_announced_oversized_body(
             sock.sendall(body)
         head = sock.recv(65536)
     assert head.startswith(b"HTTP/1.1 413"), head[:200]
+
+
+def _count(metrics: str, route: str, status: int) -> float:
+    prefix = f'http_requests_total{{method="POST",route="{route}",status="{status}"}} '
+    lines = [line for line in metrics.splitlines() if line.startswith(prefix)]
+    return float(lines[0].removeprefix(prefix)) if lines else 0.0
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["announced", "chunked"])
+def test_a_413_is_counted_under_its_route(
+    client: TestClient, app_settings: Settings, chunked: bool
+) -> None:
+    """Refused before routing (announced length) or while reading (chunked): either way the
+    413 belongs to the route that was asked, not to `unmatched`."""
+    oversized = _padded(app_settings.max_body_bytes + 1)
+    before = client.get("/metrics").text
+    content: bytes | Iterator[bytes] = iter([oversized]) if chunked else oversized
+    assert client.post(INFERENCE, content=content).status_code == 413
+    after = client.get("/metrics").text
+    assert _count(after, INFERENCE, 413) == _count(before, INFERENCE, 413) + 1
+    assert _count(after, "unmatched", 413) == _count(before, "unmatched", 413)

@@ -153,8 +153,8 @@ def test_many_slow_clients_do_not_block_others(live_server: harness.Server) -> N
 
 
 def test_slow_header_client_does_not_block_others(live_server: harness.Server) -> None:
-    # uvicorn has no deadline on the header phase (the app only sees complete headers): such
-    # a client holds one socket, never the worker. This checks the second half of that.
+    # Such a client holds one socket until the head deadline (tests/limits/test_headers.py),
+    # never the worker.
     with _connect(live_server) as sock:
         sock.sendall(b"POST /v1/estimate/inference HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
         latencies = _served_promptly(live_server, count=5)

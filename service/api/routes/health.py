@@ -1,4 +1,9 @@
-"""Operations endpoints: liveness, readiness and Prometheus metrics."""
+"""Operations endpoints: liveness, readiness and Prometheus metrics.
+
+All three are `async def`: they run on the event loop itself, never waiting for a thread (the
+estimate pool's or the framework's), so kubelet's probes are answered whenever the loop is
+free, which service/api/concurrency.py keeps it.
+"""
 
 from __future__ import annotations
 
@@ -23,7 +28,7 @@ class Readiness(BaseModel):
 
 
 @router.get("/healthz", response_model=Health, summary="Liveness: the process is serving")
-def healthz() -> Health:
+async def healthz() -> Health:
     return Health(status="ok")
 
 
@@ -33,7 +38,7 @@ def healthz() -> Health:
     summary="Readiness: both catalogs are loaded and valid",
     responses={503: {"model": Readiness, "description": "Catalogs not loaded yet"}},
 )
-def readyz(request: Request) -> Response:
+async def readyz(request: Request) -> Response:
     state = request.app.state
     if not getattr(state, "ready", False):
         body = Readiness(status="not-ready", gpus=0, models=0)
@@ -53,6 +58,6 @@ def readyz(request: Request) -> Response:
         **problem_responses(500),
     },
 )
-def metrics(request: Request) -> Response:
+async def metrics(request: Request) -> Response:
     registry = request.app.state.metrics.registry
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,231 @@
+"""CPU-bound work off the event loop: a small pool per worker, admission control, a deadline,
+and cancellation when the client goes away.
+
+Why: an estimate is pure Python. Run on the event loop, 64 clients posting heavy configs kept
+`/healthz` waiting over 2 s (issue 18 §4), and kubelet would restart a busy pod. Here the work
+runs on `LLMMEM_CPU_THREADS` threads (2 by default). Few on purpose: the GIL lets one thread
+run Python at a time, and a thread that wants it back waits at most the switch interval for
+the holder to yield (`SWITCH_INTERVAL_S`, set by the server) per handoff; with two workers
+threads and the loop, the loop is never more than a couple of handoffs from running.
+
+* **Admission**: at most `threads + LLMMEM_CPU_QUEUE` pieces of work admitted per worker
+  (running or waiting for a thread). Past that, `Overloaded` is raised at once, which the
+  problem handlers answer with 503 and `Retry-After`, so a saturated replica sheds load in
+  microseconds instead of queueing it into timeouts.
+* **Deadline**: `deadline_s` (default `LLMMEM_ESTIMATE_DEADLINE_S`) counts from admission,
+  queueing included. Past it the caller gets `DeadlineExceeded` (503), and the work is told to
+  stop.
+* **Cancellation**: the work gets a `CancelToken`, set when the deadline passes or the client
+  disconnects (its `http.disconnect` arrives). Long work calls `checkpoint()` between items
+  (e.g. between the items of a batch); it raises `Cancelled` once the token is set, so the
+  thread is free again within one item. Work that never calls it runs to its end (a thread
+  cannot be stopped from outside); its slot stays taken until then, so admission stays honest.
+
+Use from a route::
+
+    from service.api.concurrency import checkpoint, run_cpu_bound
+
+    def estimate_many(items):             # runs on a pool thread
+        for item in items:
+            checkpoint()                  # raises Cancelled after a disconnect or the deadline
+            ...
+
+    async def route(request: Request) -> Response:
+        result = await run_cpu_bound(request, estimate_many, items)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, TypeVar, TypeVarTuple
+
+from starlette.types import Message, Receive
+
+if TYPE_CHECKING:
+    from fastapi import Request
+
+    from service.api.metrics import Metrics
+
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
+
+# GIL switch interval for a worker running this pool (sys.setswitchinterval; CPython's
+# default is 5 ms). The loop thread waits up to this long each time it wants the GIL back from
+# a busy pool thread, and a request passes through the loop several times: 1 ms keeps that to
+# a few ms per request at a measured cost of a few percent in estimate throughput.
+SWITCH_INTERVAL_S = 0.001
+# What a 503 tells the client to wait before retrying, in seconds.
+RETRY_AFTER_S = 1
+
+
+class Overloaded(Exception):
+    """Every slot of the pool is taken: answered 503 with Retry-After."""
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__(
+            f"{capacity} estimates are already running or waiting on this replica; retry "
+            f"after {RETRY_AFTER_S} s (another replica may answer sooner)."
+        )
+        self.retry_after_s = RETRY_AFTER_S
+
+
+class DeadlineExceeded(Exception):
+    """The work did not finish within its deadline: answered 503 with Retry-After."""
+
+    def __init__(self, deadline_s: float) -> None:
+        super().__init__(
+            f"The estimate did not finish within {deadline_s:g} s (waiting for a thread "
+            "included); send fewer items per batch, or retry when the replica is less busy."
+        )
+        self.retry_after_s = RETRY_AFTER_S
+
+
+class Cancelled(Exception):
+    """Raised by `checkpoint()` in the work once its token is set (deadline or disconnect)."""
+
+
+class CancelToken:
+    """Set once, from the loop; read by the work between items."""
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline  # time.monotonic()
+        self.reason: str | None = None
+
+    def cancel(self, reason: str) -> None:
+        if self.reason is None:
+            self.reason = reason
+
+    def check(self) -> None:
+        if self.reason is None and time.monotonic() >= self.deadline:
+            self.reason = "deadline"
+        if self.reason is not None:
+            raise Cancelled(self.reason)
+
+
+_local = threading.local()
+
+
+def checkpoint() -> None:
+    """Raise `Cancelled` if the work running on this thread should stop; a no-op elsewhere."""
+    token: CancelToken | None = getattr(_local, "token", None)
+    if token is not None:
+        token.check()
+
+
+def _call(token: CancelToken, fn: Callable[[*Ts], T], args: tuple[*Ts]) -> T:
+    token.check()  # waited past its deadline, or its client left: do not start
+    _local.token = token
+    try:
+        return fn(*args)
+    finally:
+        _local.token = None
+
+
+async def _watch_disconnect(receive: Receive, token: CancelToken) -> None:
+    # After the body has been read, the server's receive() returns only when the client goes.
+    while True:
+        message: Message = await receive()
+        if message["type"] == "http.disconnect":
+            token.cancel("disconnected")
+            return
+
+
+class CpuPool:
+    """The bounded pool of one worker process."""
+
+    def __init__(
+        self, threads: int, queue: int, deadline_s: float, metrics: Metrics | None = None
+    ) -> None:
+        self.threads = threads
+        self.capacity = threads + queue
+        self.deadline_s = deadline_s
+        self.metrics = metrics
+        self.executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="estimate")
+        self.admitted = 0  # touched on the event loop only
+
+    async def run(
+        self,
+        fn: Callable[[*Ts], T],
+        *args: *Ts,
+        deadline_s: float | None = None,
+        receive: Receive | None = None,
+        grace_s: float = 0.0,
+    ) -> T:
+        """`fn(*args)` on a pool thread; raises Overloaded, DeadlineExceeded or Cancelled.
+
+        `grace_s`: after the deadline, how long to wait for the work to return what it has
+        (work that catches `Cancelled` at a checkpoint and returns a partial result, e.g. a
+        batch answering its unfinished items with problems); 0 answers at the deadline."""
+        if self.admitted >= self.capacity:
+            self._count("overloaded")
+            raise Overloaded(self.capacity)
+        deadline_s = self.deadline_s if deadline_s is None else deadline_s
+        token = CancelToken(time.monotonic() + deadline_s)
+        loop = asyncio.get_running_loop()
+        self.admitted += 1
+        self._gauge()
+        future = loop.run_in_executor(self.executor, _call, token, fn, args)
+        future.add_done_callback(self._release)
+        watcher = (
+            asyncio.create_task(_watch_disconnect(receive, token)) if receive is not None else None
+        )
+        try:
+            done, _ = await asyncio.wait({future}, timeout=deadline_s)
+        except asyncio.CancelledError:  # the request itself was cancelled (server shutdown)
+            token.cancel("cancelled")
+            raise
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+        if not done:
+            token.cancel("deadline")
+            if grace_s > 0:
+                done, _ = await asyncio.wait({future}, timeout=grace_s)
+            if not done:
+                self._count("deadline")
+                raise DeadlineExceeded(deadline_s)
+        try:
+            return future.result()
+        except Cancelled as exc:
+            reason = str(exc)
+            self._count(reason)
+            if reason == "deadline":
+                raise DeadlineExceeded(deadline_s) from None
+            raise
+
+    def _release(self, future: asyncio.Future[Any]) -> None:
+        self.admitted -= 1
+        self._gauge()
+        if not future.cancelled():
+            future.exception()  # retrieved: an abandoned piece of work logs no warning
+
+    def _gauge(self) -> None:
+        if self.metrics is not None:
+            self.metrics.estimate_admitted.set(self.admitted)
+            self.metrics.estimate_queue_depth.set(max(0, self.admitted - self.threads))
+
+    def _count(self, reason: str) -> None:
+        if self.metrics is not None:
+            self.metrics.estimate_rejected.labels(reason).inc()
+
+    def shutdown(self) -> None:
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+
+async def run_cpu_bound(
+    request: Request,
+    fn: Callable[[*Ts], T],
+    *args: *Ts,
+    deadline_s: float | None = None,
+    grace_s: float = 0.0,
+) -> T:
+    """`fn(*args)` on the app's pool, cancelled if this request's client disconnects. Call it
+    once the request body has been read (it then listens for the disconnect)."""
+    pool: CpuPool = request.app.state.cpu_pool
+    return await pool.run(
+        fn, *args, deadline_s=deadline_s, receive=request.receive, grace_s=grace_s
+    )
