@@ -50,7 +50,7 @@ def load_catalogs(app: FastAPI, settings: Settings) -> None:
     app.state.gpu_catalog = load_gpu_catalog(settings.gpu_catalog_path)
     app.state.model_catalog = load_model_catalog(settings.model_catalog_path)
     # One byte budget for every estimator cache; what lives anyway is not charged to it.
-    memo.configure(settings.cache_bytes)
+    memo.configure(settings.estimator_cache_bytes)
     memo.register_shared(e.architecture for e in app.state.model_catalog.all())
     memo.register_shared(FAMILIES.values())
     metrics: Metrics = app.state.metrics
@@ -64,11 +64,19 @@ def load_catalogs(app: FastAPI, settings: Settings) -> None:
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     load_catalogs(app, app.state.settings)
+    # A fresh pool per lifespan: an app started again after a shutdown (tests do) gets threads.
+    app.state.cpu_pool = _cpu_pool(app.state.settings, app.state.metrics)
     yield
     app.state.ready = False
     app.state.cpu_pool.shutdown()
     if app.state.access_log is not None:
         app.state.access_log.flush()
+
+
+def _cpu_pool(settings: Settings, metrics: Metrics) -> CpuPool:
+    return CpuPool(
+        settings.cpu_threads, settings.cpu_queue, settings.estimate_deadline_s, metrics=metrics
+    )
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -89,12 +97,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.ready = False
     app.state.metrics = Metrics()
     app.state.access_log = AccessLog(log_handler) if settings.access_log else None
-    app.state.cpu_pool = CpuPool(
-        settings.cpu_threads,
-        settings.cpu_queue,
-        settings.estimate_deadline_s,
-        metrics=app.state.metrics,
-    )
+    app.state.cpu_pool = _cpu_pool(settings, app.state.metrics)
     install_problem_handlers(app)
     # Estimates first: routes are matched in order, and they are most of the traffic.
     app.include_router(estimates.router)

@@ -44,13 +44,6 @@ class Settings(BaseSettings):
         le=300,
         description="Seconds a request's whole body may take to arrive after its headers (408).",
     )
-    response_cache_bytes: int = Field(
-        16 * 1_048_576,
-        ge=0,
-        le=1024 * 1_048_576,
-        description="Memory for replaying repeated estimate answers byte for byte; 0 turns the "
-        "cache off.",
-    )
     response_cache_max_request_bytes: int = Field(
         16_384,
         ge=256,
@@ -58,11 +51,13 @@ class Settings(BaseSettings):
         description="Largest request body whose answer the response cache keeps.",
     )
     cache_bytes: int = Field(
-        32 * 1_048_576,
+        48 * 1_048_576,
         ge=0,
         le=1024 * 1_048_576,
-        description="Memory for the estimator's cache of derived values (serving setups, "
-        "training states, minimum GPU counts), in bytes; 0 turns it off.",
+        description="One memory budget, in bytes, for every cache of a worker: a quarter "
+        "replays repeated answers byte for byte (the response cache), the rest keeps the "
+        "estimator's derived values (serving setups, training states, minimum GPU counts); 0 "
+        "turns caching off.",
     )
     graceful_shutdown_s: int = Field(
         20, ge=1, le=600, description="Seconds in-flight requests get to finish after SIGTERM."
@@ -134,6 +129,13 @@ class Settings(BaseSettings):
         le=600,
         description="Seconds an estimate (or a batch) may take, queueing included (503 after).",
     )
+    batch_cost_budget: int = Field(
+        131_072,
+        ge=1_024,
+        le=1_024_000,
+        description="Most layer-items (the sum of the items' layer counts) one batch may cost; "
+        "a batch over it is refused with 413 before any estimate runs.",
+    )
 
     @model_validator(mode="after")
     def _tls_settings_agree(self) -> Self:
@@ -144,6 +146,16 @@ class Settings(BaseSettings):
         if self.tls_client_cert == "required" and self.tls_client_ca_file is None:
             raise ValueError("tls_client_cert=required needs tls_client_ca_file")
         return self
+
+    @property
+    def response_cache_bytes(self) -> int:
+        """The response cache's share of ``cache_bytes``: a quarter, about 500 typical answers
+        at 48 MiB, enough for the repeated questions of a scheduler's pre-flight loop."""
+        return self.cache_bytes // 4
+
+    @property
+    def estimator_cache_bytes(self) -> int:
+        return self.cache_bytes - self.response_cache_bytes
 
     @property
     def tls_enabled(self) -> bool:

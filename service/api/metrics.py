@@ -76,7 +76,7 @@ class Metrics:
         )
         self.response_cache_bytes = Gauge(
             "estimate_response_cache_bytes",
-            "Bytes the response cache holds (bounded by LLMMEM_RESPONSE_CACHE_BYTES).",
+            "Bytes the response cache holds (bounded by a quarter of LLMMEM_CACHE_BYTES).",
             registry=self.registry,
         )
         self.http_refused = Counter(

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.api.concurrency import Cancelled, DeadlineExceeded, Overloaded
+from service.api.cost import BatchOverBudget
 from service.estimator.errors import EstimatorError, NotFound
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
@@ -48,6 +49,7 @@ KINDS: dict[str, tuple[str, str]] = {
     "overloaded": ("/problems/overloaded", "Too many estimates in progress"),
     "deadline-exceeded": ("/problems/deadline-exceeded", "Estimate did not finish in time"),
     "shutting-down": ("/problems/shutting-down", "Server shutting down"),
+    "over-budget": ("/problems/over-budget", "Request costs more than its budget"),
 }
 # A 422 whose every error lies in the query string or path is a bad query, not a bad estimate.
 _INVALID_QUERY = ("/problems/invalid-query", "Invalid query parameters")
@@ -240,6 +242,12 @@ async def _on_overloaded(request: Request, exc: Exception) -> JSONResponse:
     return response
 
 
+async def _on_over_budget(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, BatchOverBudget)
+    errors = [{"field": "items", "message": str(exc), "type": "over_budget"}]
+    return problem_response(request, 413, str(exc), errors=errors, kind=KINDS["over-budget"])
+
+
 async def _on_cancelled(request: Request, exc: Exception) -> JSONResponse:
     return problem_response(request, 499, "The client disconnected; the work was stopped.")
 
@@ -248,6 +256,7 @@ def install_problem_handlers(app: FastAPI) -> None:
     app.add_exception_handler(Overloaded, _on_overloaded)
     app.add_exception_handler(DeadlineExceeded, _on_overloaded)
     app.add_exception_handler(Cancelled, _on_cancelled)
+    app.add_exception_handler(BatchOverBudget, _on_over_budget)
     app.add_exception_handler(RequestValidationError, _on_validation_error)
     app.add_exception_handler(StarletteHTTPException, _on_http_error)
     app.add_exception_handler(EstimatorError, _on_domain_error)

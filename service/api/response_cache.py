@@ -11,7 +11,7 @@ validation, the estimate and serialization are what a hit skips. The domain metr
 records (estimates_total, fit outcomes) are replayed for hits from what the miss recorded, and
 `estimate_cache_total{result}` counts hits and misses.
 
-Bounded by bytes (`LLMMEM_RESPONSE_CACHE_BYTES`, least recently used out first); bodies larger
+Bounded by bytes (a quarter of `LLMMEM_CACHE_BYTES`, least recently used out first); bodies larger
 than `LLMMEM_RESPONSE_CACHE_MAX_REQUEST_BYTES` and non-200 answers are never stored. Keys
 include the catalog generation, so a catalog reload can never replay an old answer.
 """

@@ -15,13 +15,23 @@ from __future__ import annotations
 import functools
 import sys
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple, ParamSpec, TypeVar
 
 import cachetools
 
-__all__ = ["CacheStats", "clear", "configure", "deep_size", "memoized", "register_shared", "stats"]
+__all__ = [
+    "CacheStats",
+    "clear",
+    "configure",
+    "deep_size",
+    "memoized",
+    "register_shared",
+    "size_once",
+    "stats",
+]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -48,6 +58,13 @@ _cache: cachetools.LRUCache[Any, _Entry] = cachetools.LRUCache(
     maxsize=DEFAULT_BUDGET_BYTES, getsizeof=lambda e: e.size
 )
 _shared: set[int] = set()
+# Strong references to the shared objects: an id is only unique while its object lives.
+_shared_refs: list[object] = []
+# Types whose instances are keys of many entries (an Architecture keys every value derived
+# from it): their deep size is measured once per object, not once per entry. Re-measured when
+# the object's __dict__ grows (cached properties filled in later).
+_size_once_types: tuple[type, ...] = ()
+_sized: dict[int, tuple[int, int]] = {}  # id -> (len(__dict__) when measured, bytes)
 _counts = {"hits": 0, "misses": 0}
 
 
@@ -66,7 +83,30 @@ def clear() -> None:
 def register_shared(objects: Iterable[object]) -> None:
     """Objects that live anyway (catalog architectures): not charged to cache entries."""
     with _lock:
-        _shared.update(id(o) for o in objects)
+        for o in objects:
+            if id(o) not in _shared:
+                _shared.add(id(o))
+                _shared_refs.append(o)
+
+
+def size_once(cls: type) -> None:
+    """Measure instances of ``cls`` once per object (they must support weak references)."""
+    global _size_once_types
+    with _lock:
+        if cls not in _size_once_types:
+            _size_once_types = (*_size_once_types, cls)
+
+
+def _measured_once(o: object) -> int:
+    version = len(getattr(o, "__dict__", ()))
+    known = _sized.get(id(o))
+    if known is not None and known[0] == version:
+        return known[1]
+    size = _walk(o, set(_shared), once=False)
+    if known is None:
+        weakref.finalize(o, _sized.pop, id(o), None)
+    _sized[id(o)] = (version, size)
+    return size
 
 
 def stats() -> CacheStats:
@@ -83,7 +123,10 @@ def stats() -> CacheStats:
 def deep_size(obj: object, seen: set[int] | None = None) -> int:
     """Bytes an object graph holds (``sys.getsizeof`` over containers, dataclasses and
     slots), counting each object once and shared objects not at all."""
-    seen = set(_shared) if seen is None else seen
+    return _walk(obj, set(_shared) if seen is None else seen, once=True)
+
+
+def _walk(obj: object, seen: set[int], once: bool) -> int:
     total = 0
     stack = [obj]
     while stack:
@@ -91,6 +134,9 @@ def deep_size(obj: object, seen: set[int] | None = None) -> int:
         if id(o) in seen:
             continue
         seen.add(id(o))
+        if once and _size_once_types and isinstance(o, _size_once_types):
+            total += _measured_once(o)
+            continue
         total += sys.getsizeof(o)
         if isinstance(o, str | bytes | int | float | bool | type(None)):
             continue

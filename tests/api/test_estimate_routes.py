@@ -60,7 +60,7 @@ def test_estimates_are_deterministic() -> None:
     from service.estimator import memo
 
     request = {"model": "Qwen/Qwen3-30B-A3B", "engine": "vllm", "gpu": "h100-sxm-80gb"}
-    app = create_app(Settings(access_log=False, response_cache_bytes=0))
+    app = create_app(Settings(access_log=False, cache_bytes=0))
     with TestClient(app) as fresh:
         first = post(fresh, "inference", request)
         memo.clear()

@@ -78,7 +78,7 @@ def test_errors_are_never_stored(fresh: TestClient) -> None:
 
 def test_the_cache_stays_within_its_byte_budget() -> None:
     budget = 12_000  # room for about three answers of ~3 KB
-    app = create_app(Settings(access_log=False, response_cache_bytes=budget))
+    app = create_app(Settings(access_log=False, cache_bytes=4 * budget))
     with TestClient(app) as c:
         for batch in range(1, 9):
             body = {"model": "meta-llama/Llama-3.1-8B-Instruct", "batch_size": batch}
@@ -97,7 +97,7 @@ def test_the_cache_stays_within_its_byte_budget() -> None:
 
 
 def test_zero_bytes_turns_it_off() -> None:
-    with TestClient(create_app(Settings(access_log=False, response_cache_bytes=0))) as c:
+    with TestClient(create_app(Settings(access_log=False, cache_bytes=0))) as c:
         first, second = c.post(INFERENCE, content=BODY), c.post(INFERENCE, content=BODY)
         metrics = c.get("/metrics").text
     assert first.content == second.content

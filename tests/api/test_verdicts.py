@@ -21,7 +21,7 @@ from service.settings import Settings
 
 @pytest.fixture(scope="module")
 def api() -> Any:
-    app = create_app(Settings(access_log=False, response_cache_bytes=0))
+    app = create_app(Settings(access_log=False, cache_bytes=0))
     with TestClient(app) as client:
         yield client
 

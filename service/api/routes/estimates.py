@@ -1,7 +1,8 @@
 """POST /v1/estimate/inference, /v1/estimate/finetune and /v1/estimate/batch.
 
-Parse, answer (service/api/estimate_service.py), serialize. The arithmetic is in
-service/estimator, the names are resolved in service/api/resolve.py.
+Parse, answer (service/api/estimate_service.py) on the CPU pool (service/api/concurrency.py),
+serialize. The arithmetic is in service/estimator, the names are resolved in
+service/api/resolve.py; a batch's cost is checked against its budget first (service/api/cost.py).
 """
 
 from __future__ import annotations
@@ -12,8 +13,12 @@ import orjson
 from fastapi import APIRouter, Request, Response
 from pydantic import ValidationError
 
-from service.api.estimate_service import Catalogs, Observation, run_estimate
+from service.api.concurrency import Cancelled, checkpoint, run_cpu_bound
+from service.api.cost import BatchOverBudget, batch_cost
+from service.api.estimate_service import Catalogs, run_estimate
+from service.api.metrics import Metrics
 from service.api.problems import (
+    KINDS,
     domain_error_parts,
     problem_body,
     problem_responses,
@@ -21,7 +26,7 @@ from service.api.problems import (
     validation_errors,
 )
 from service.api.response_cache import OBSERVATION_KEY
-from service.api.schemas.batch import BatchRequest, BatchResponse, BatchResult
+from service.api.schemas.batch import BatchItem, BatchRequest, BatchResponse, BatchResult
 from service.api.schemas.estimates import (
     EstimateResponse,
     FinetuneRequestBody,
@@ -31,7 +36,7 @@ from service.estimator.errors import EstimatorError, InvalidRequest
 
 router = APIRouter(prefix="/v1/estimate", tags=["estimates"])
 
-ERRORS = problem_responses(400, 404, 413, 422)
+ERRORS = problem_responses(400, 404, 413, 422, 503)
 
 _BODIES: dict[str, type[InferenceRequestBody] | type[FinetuneRequestBody]] = {
     "inference": InferenceRequestBody,
@@ -46,12 +51,6 @@ def _catalogs(request: Request) -> Catalogs:
     return Catalogs(state.model_catalog, state.gpu_catalog)
 
 
-def _answer(
-    body: InferenceRequestBody | FinetuneRequestBody, request: Request
-) -> tuple[EstimateResponse, Observation]:
-    return run_estimate(body, _catalogs(request), request.app.state.metrics)
-
-
 def json_response(content: EstimateResponse | BatchResponse | dict[str, Any]) -> Response:
     """Serialized once, by pydantic's serializer for a model (orjson for a plain dict)."""
     if isinstance(content, dict):
@@ -59,16 +58,17 @@ def json_response(content: EstimateResponse | BatchResponse | dict[str, Any]) ->
     return Response(content.model_dump_json(), media_type="application/json")
 
 
-def _single(body: InferenceRequestBody | FinetuneRequestBody, request: Request) -> Response:
-    rendered, observation = _answer(body, request)
+async def _single(body: InferenceRequestBody | FinetuneRequestBody, request: Request) -> Response:
+    # Off the event loop, under the pool's admission control and deadline, so probes and
+    # metrics answer while estimates run (service/api/concurrency.py).
+    rendered, observation = await run_cpu_bound(
+        request, run_estimate, body, _catalogs(request), request.app.state.metrics
+    )
     # For the response cache: a replayed answer counts in the domain metrics like this one.
     setattr(request.state, OBSERVATION_KEY, observation)
     return json_response(rendered)
 
 
-# `async def`: the estimate runs on the event loop, with no thread-pool hop. Its worst case is
-# bounded (bench/results.md), so it cannot stall the loop for long. The batch route stays a
-# plain `def` (thread pool): 1000 cold items take longer.
 @router.post(
     "/inference",
     response_model=EstimateResponse,
@@ -76,7 +76,7 @@ def _single(body: InferenceRequestBody | FinetuneRequestBody, request: Request) 
     responses=ERRORS,
 )
 async def estimate_inference(body: InferenceRequestBody, request: Request) -> Response:
-    return _single(body, request)
+    return await _single(body, request)
 
 
 @router.post(
@@ -86,7 +86,7 @@ async def estimate_inference(body: InferenceRequestBody, request: Request) -> Re
     responses=ERRORS,
 )
 async def estimate_finetune(body: FinetuneRequestBody, request: Request) -> Response:
-    return _single(body, request)
+    return await _single(body, request)
 
 
 @router.post(
@@ -95,31 +95,21 @@ async def estimate_finetune(body: FinetuneRequestBody, request: Request) -> Resp
     summary="Up to 1000 inference and fine-tune estimates in one call, answered in order",
     responses=ERRORS,
 )
-def estimate_batch(body: BatchRequest, request: Request) -> Response:
-    results: list[dict[str, Any]] = []
-    for index, item in enumerate(body.items):
-        instance = f"{request.url.path}#items/{index}"
-        try:
-            body_type = _BODIES.get(item.kind)
-            if body_type is None:
-                raise InvalidRequest(
-                    f"kind must be one of {', '.join(_BODIES)}; got {item.kind[:40]!r}",
-                    field="kind",
-                )
-            parsed = body_type.model_validate(item.request)
-            rendered, _ = _answer(parsed, request)
-            results.append({"status": 200, "estimate": rendered, "problem": None})
-        except ValidationError as exc:
-            errors = validation_errors(exc.errors())
-            for e in errors:
-                e["field"] = f"items.{index}.request.{e['field']}"
-            problem = problem_body(422, summarize(errors), errors=errors, instance=instance)
-            results.append({"status": 422, "estimate": None, "problem": problem})
-        except EstimatorError as exc:
-            prefix = f"items.{index}." if exc.field == "kind" else f"items.{index}.request."
-            status, field_errors = domain_error_parts(exc, prefix)
-            problem = problem_body(status, exc.detail, errors=field_errors, instance=instance)
-            results.append({"status": status, "estimate": None, "problem": problem})
+async def estimate_batch(body: BatchRequest, request: Request) -> Response:
+    settings = request.app.state.settings
+    catalogs = _catalogs(request)
+    cost = batch_cost((item.request for item in body.items), catalogs.models)
+    if cost > settings.batch_cost_budget:
+        raise BatchOverBudget(cost, settings.batch_cost_budget)
+    results = await run_cpu_bound(
+        request,
+        _answer_items,
+        body.items,
+        catalogs,
+        request.app.state.metrics,
+        request.url.path,
+        grace_s=_BATCH_GRACE_S,
+    )
     failed = sum(1 for r in results if r["status"] != 200)
     response = BatchResponse.model_construct(
         results=[BatchResult.model_construct(**r) for r in results],
@@ -127,3 +117,69 @@ def estimate_batch(body: BatchRequest, request: Request) -> Response:
         failed=failed,
     )
     return json_response(response)
+
+
+# How long a batch past its deadline may take to hand back what it finished: the item in
+# progress completes first (bench/results.md: a cold 1024-layer item takes tens of ms).
+_BATCH_GRACE_S = 2.0
+
+
+def _answer_items(
+    items: list[BatchItem], catalogs: Catalogs, metrics: Metrics, path: str
+) -> list[dict[str, Any]]:
+    """Each item's outcome in order; runs on a pool thread. Past the deadline, the items not
+    started are answered with a 503 problem each; after a disconnect, the work just stops."""
+    results: list[dict[str, Any]] = []
+    for index, item in enumerate(items):
+        instance = f"{path}#items/{index}"
+        try:
+            checkpoint()
+        except Cancelled as exc:
+            if str(exc) != "deadline":
+                raise
+            results.extend(_unfinished(path, len(results), len(items)))
+            break
+        results.append(_answer_item(index, item, catalogs, metrics, instance))
+    return results
+
+
+def _unfinished(path: str, start: int, stop: int) -> list[dict[str, Any]]:
+    kind = KINDS["deadline-exceeded"]
+    detail = (
+        "not estimated before the request deadline (LLMMEM_ESTIMATE_DEADLINE_S); send this "
+        "item again, in a smaller batch"
+    )
+    return [
+        {
+            "status": 503,
+            "estimate": None,
+            "problem": problem_body(503, detail, instance=f"{path}#items/{i}", kind=kind),
+        }
+        for i in range(start, stop)
+    ]
+
+
+def _answer_item(
+    index: int, item: BatchItem, catalogs: Catalogs, metrics: Metrics, instance: str
+) -> dict[str, Any]:
+    try:
+        body_type = _BODIES.get(item.kind)
+        if body_type is None:
+            raise InvalidRequest(
+                f"kind must be one of {', '.join(_BODIES)}; got {item.kind[:40]!r}",
+                field="kind",
+            )
+        parsed = body_type.model_validate(item.request)
+        rendered, _ = run_estimate(parsed, catalogs, metrics)
+        return {"status": 200, "estimate": rendered, "problem": None}
+    except ValidationError as exc:
+        errors = validation_errors(exc.errors())
+        for e in errors:
+            e["field"] = f"items.{index}.request.{e['field']}"
+        problem = problem_body(422, summarize(errors), errors=errors, instance=instance)
+        return {"status": 422, "estimate": None, "problem": problem}
+    except EstimatorError as exc:
+        prefix = f"items.{index}." if exc.field == "kind" else f"items.{index}.request."
+        status, field_errors = domain_error_parts(exc, prefix)
+        problem = problem_body(status, exc.detail, errors=field_errors, instance=instance)
+        return {"status": status, "estimate": None, "problem": problem}

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from service.estimator import memo
 from service.estimator.model.families import Family
 from service.estimator.model.quantization import QuantizationSpec
 from service.estimator.model.shapes import (
@@ -146,6 +147,16 @@ class Architecture:
     # ---- layer layout ----------------------------------------------------------------
 
     @cached_property
+    def layer_linear_modules(self) -> tuple[tuple[LinearModule, ...], ...]:
+        """The linear modules of each decoder layer, indexed by layer (one pass over the
+        inventory, instead of a scan of every module's layer list per layer)."""
+        out: list[list[LinearModule]] = [[] for _ in range(self.num_layers)]
+        for m in self.linear_modules:
+            for i in m.layers:
+                out[i].append(m)
+        return tuple(tuple(mods) for mods in out)
+
+    @cached_property
     def moe_layer_set(self) -> frozenset[int]:
         return frozenset(self.moe.layers) if self.moe is not None else frozenset()
 
@@ -264,3 +275,7 @@ class Architecture:
         if self.moe is not None:
             out["moe"]["num_moe_layers"] = self.num_moe_layers
         return out
+
+
+# Every cached value derived from an architecture is keyed on it: size it once, not per entry.
+memo.size_once(Architecture)

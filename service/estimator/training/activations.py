@@ -198,8 +198,8 @@ def _context_kept_inputs(setup: ActivationSetup, i: int) -> tuple[float, float]:
     c = setup.compute_bytes
     mods = [
         m
-        for m in setup.arch.linear_modules
-        if i in m.layers and m.is_nn_linear and m.component not in ("router", "lm_head")
+        for m in setup.arch.layer_linear_modules[i]
+        if m.is_nn_linear and m.component not in ("router", "lm_head")
     ]
     # One tensor per norm, however many quantized linears read it; any other quantized linear
     # (o_proj, down_proj, MLA's q_b/kv_b) reads a tensor of its own.
@@ -217,7 +217,7 @@ def _layer_terms(setup: ActivationSetup, i: int, grad_flows: bool) -> _LayerTerm
     has_lora = bool(setup.lora_names)
     if not (grad_flows or layer_trains or has_lora):
         return _LayerTerms(0.0, 0.0, 0.0, 0.0)
-    mods = tuple(m for m in arch.linear_modules if i in m.layers)
+    mods = arch.layer_linear_modules[i]
 
     def reading(what: Reads, *components: str) -> tuple[LinearModule, ...]:
         """The layer's projections that read ``what`` (of ``components``, if given)."""
