@@ -55,7 +55,7 @@ def names_a_public_reference(text: str) -> bool:
         "nvidia-smi 32768 MiB on current drivers (reference/gpus.md, pasted nvidia-smi)",
         "usable GiB from nvidia-smi mig -lgip as collected in reference/gpus.md",
         "measured in shared/validation/vllm_v0.19_h100.csv",
-        "copied from /work/pkgs/x/litgpt/config.py",
+        "copied from /home/builder/pkgs/x/litgpt/config.py",
         "a fixture (code index id 19371423160)",
         "find_string hit id 59040654377",
         "nvidia-smi memory.total 24564 MiB, as recorded in the environment notes of several "
