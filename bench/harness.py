@@ -24,6 +24,24 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 HOST = "127.0.0.1"
 
+# A Llama-3.1-8B-shaped config.json, written out by hand with the public config's field names:
+# the posted config of the load and hostile runs (each varies it to defeat the caches).
+LLAMA_CONFIG = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "vocab_size": 128256,
+    "max_position_embeddings": 131072,
+    "rms_norm_eps": 1e-05,
+    "rope_theta": 500000.0,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+}
+
 # The request the bench and the soak treat as "a scheduler's pre-flight check": a detailed
 # inference estimate of a catalog model on a named engine, with a GPU fit (which runs the
 # inverse searches for the largest batch and sequence that fit).

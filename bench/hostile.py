@@ -34,21 +34,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from bench import harness
-
-LLAMA = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 4096,
-    "intermediate_size": 14336,
-    "num_hidden_layers": 32,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "vocab_size": 128256,
-    "max_position_embeddings": 131072,
-    "rms_norm_eps": 1e-05,
-    "tie_word_embeddings": False,
-    "torch_dtype": "bfloat16",
-}
+from bench.harness import LLAMA_CONFIG as LLAMA
 
 # quantization_config shapes as checkpoints on the Hub carry them (the field names of
 # transformers' GPTQConfig, AwqConfig, CompressedTensorsConfig, FineGrainedFP8Config,

@@ -49,6 +49,7 @@ from typing import Any
 import httpx
 
 from bench import harness, soak_phases
+from bench.harness import LLAMA_CONFIG
 
 RESULTS = harness.REPO / "bench" / "results.md"
 GROWTH_LIMIT = 0.10
@@ -56,21 +57,6 @@ WORKERS = 12
 BURST_SIZE = 100
 BURST_EVERY_S = 7.0
 MiB = 2**20
-
-LLAMA_CONFIG = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 4096,
-    "intermediate_size": 14336,
-    "num_hidden_layers": 32,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "vocab_size": 128256,
-    "max_position_embeddings": 131072,
-    "rms_norm_eps": 1e-05,
-    "tie_word_embeddings": False,
-    "torch_dtype": "bfloat16",
-}
 
 
 @dataclass

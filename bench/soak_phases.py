@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import harness
+from bench.harness import LLAMA_CONFIG as LLAMA
 
 MiB = 2**20
 PROD_MEMORY_LIMIT = 256 * MiB  # deploy/k8s/overlays/prod/deployment-patch.yaml
@@ -41,21 +42,6 @@ TARGET_RSS = 200 * MiB  # issue 18: below 200 MiB for the 256 MiB limit
 TARGET_P99_MS = 100.0  # issue 18: /healthz under 100 ms at p99 under the heavy mix
 HEAVY_CLIENTS = 64
 PROBE_EVERY_S = 0.05
-
-LLAMA = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 4096,
-    "intermediate_size": 14336,
-    "num_hidden_layers": 32,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "vocab_size": 128256,
-    "max_position_embeddings": 131072,
-    "rms_norm_eps": 1e-05,
-    "tie_word_embeddings": False,
-    "torch_dtype": "bfloat16",
-}
 
 
 # --------------------------------------------------------------------------------------------

@@ -11,24 +11,11 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from bench.harness import LLAMA_CONFIG
+
 ENDPOINTS = ("/v1/estimate/inference", "/v1/estimate/finetune")
 BASE = {"parameter_count": 7e9, "estimator": "simple"}
 # A Llama-3.1-8B-shaped config.json, written out by hand (the public config's field names).
-LLAMA_CONFIG = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 4096,
-    "intermediate_size": 14336,
-    "num_hidden_layers": 32,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "vocab_size": 128256,
-    "max_position_embeddings": 131072,
-    "rms_norm_eps": 1e-05,
-    "rope_theta": 500000.0,
-    "tie_word_embeddings": False,
-    "torch_dtype": "bfloat16",
-}
 SHAPE_FIELDS = [
     "hidden_size",
     "intermediate_size",
