@@ -98,7 +98,7 @@ class SglangPool:
     free_at_start: int  # F0, bytes
     budget: int  # F0 × mem_fraction_static
     rest: int  # what the budget leaves after the weights
-    cell: int  # bytes one full-attention slot costs on every layer of the stage
+    cell: float  # bytes of one full-attention slot on every layer (with its sliding share)
     tokens: int  # max_total_num_tokens (full-attention slots)
     swa_tokens: int | None  # sliding-window slots of a hybrid pool
     max_num_reqs: int
@@ -107,7 +107,7 @@ class SglangPool:
 
     @property
     def pool_bytes(self) -> int:
-        return self.tokens * self.cell
+        return int(self.tokens * self.cell)
 
 
 class SglangEngine(Engine):
@@ -395,13 +395,13 @@ class SglangEngine(Engine):
 
     # ---- the pool -------------------------------------------------------------------
 
-    def _cell(self, setup: ServingSetup, stage: Stage) -> int:
+    def _cell(self, setup: ServingSetup, stage: Stage) -> float:
         """Bytes of one full-attention slot with its share of sliding slots, on every layer."""
         kv = stage.kv
         if not kv.sliding_layers or not self._hybrid(setup.arch, setup.settings):
             return kv.full_token_bytes
         per_layer = kv.layer_token_bytes
-        return int(per_layer * (kv.full_layers + sv.SWA_FULL_TOKENS_RATIO * kv.sliding_layers))
+        return per_layer * (kv.full_layers + sv.SWA_FULL_TOKENS_RATIO * kv.sliding_layers)
 
     def pool(self, setup: ServingSetup, gpu_memory_bytes: int) -> SglangPool:
         """The pool as ``profile_max_num_token`` / ``init_memory_pool`` size it."""
@@ -413,7 +413,7 @@ class SglangEngine(Engine):
         rest = budget - max(st.weights for st in setup.stages)
         cell = max(self._cell(setup, st) for st in setup.stages)
         page = int(s["page_size"])
-        tokens = max(0, rest) // cell // page * page if cell else 0
+        tokens = int(max(0, rest) // cell) // page * page if cell else 0
         if s["max_total_tokens"] is not None:
             tokens = min(tokens, int(s["max_total_tokens"]))
         swa = None
@@ -476,7 +476,7 @@ class SglangEngine(Engine):
                 "and limits a request to the pool"
             )
         cap = Capacity(
-            kv_cache_bytes_per_token=pool.cell,
+            kv_cache_bytes_per_token=math.ceil(pool.cell),
             kv_cache_pool_bytes=pool.pool_bytes,
             kv_cache_tokens=pool.tokens,
             max_concurrency=round(pool.pool_bytes / per_seq if per_seq else 0.0, 2),

@@ -210,7 +210,10 @@ _SWA_LISTED: tuple[tuple[Version, frozenset[str]], ...] = (
 #: swa_full_tokens_ratio: sliding-window slots per full-attention slot.
 SWA_FULL_TOKENS_RATIO = 0.8
 
-_VERSION = re.compile(r"v?(\d{1,3})\.(\d{1,3})(?:\.(\d{1,4}))?(?:[.+-]?[a-z]+\d*)*")
+# X.Y[.Z], a PEP 440 pre/post/dev suffix and a local part (``0.4.8.post1``, ``0.5.0rc2+cu124``).
+_VERSION = re.compile(
+    r"v?(\d{1,3})\.(\d{1,3})(?:\.(\d{1,4}))?(?:[.-]?(?:post|rc|dev|a|b)\d*)*(?:\+[a-z0-9.]+)?"
+)
 
 
 def _at(table: tuple[tuple[Version, object], ...], v: Version) -> object:
