@@ -446,7 +446,7 @@ class SglangEngine(Engine):
         the sliding slots as its window needs, whichever share of the pool is larger."""
         cell = self._cell(setup, stage)
         if cell == stage.kv.full_token_bytes:
-            return seq_len * cell, 0
+            return seq_len * stage.kv.full_token_bytes, 0
         window = min(seq_len, stage.kv.window or seq_len)
         slots = max(seq_len, window / sv.SWA_FULL_TOKENS_RATIO)
         return math.ceil(slots * cell), 0
