@@ -173,7 +173,7 @@ _NO_GPU_FRACTION: tuple[tuple[Version, float], ...] = (((0, 0, 0), 0.88), ((0, 5
 
 _VLM_ADJUSTMENT = (0, 4, 9)  # adjust_mem_fraction_for_vlm
 _PREFILL_GRAPH_ON = (0, 5, 10)  # piecewise / prefill CUDA graph captured by default
-_PREFILL_GRAPH_CONTEXT_CAP = (0, 5, 15)  # its largest size capped by --context-length
+PREFILL_GRAPH_CONTEXT_CAP = (0, 5, 15)  # its largest size capped by --context-length
 _DECODE_TERM_NEEDS_GRAPHS = (0, 5, 15)  # reserve_for_graph_mb skips disabled decode graphs
 _DECODE_BS_RUNNING_CAP = (0, 5, 23)  # decode max bs lowered to --max-running-requests
 _HALF_TOKENS_CAP = (0, 5, 10)  # max_num_reqs ≤ max_total_num_tokens // 2
