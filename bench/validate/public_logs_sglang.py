@@ -356,6 +356,13 @@ def report() -> str:
         "",
         "### Per line and component",
         "",
+        "Rows compared per line: "
+        + ", ".join(
+            f"{name} {len({c.row for c in comparisons if c.line == name})}"
+            for name in sorted({c.line for c in comparisons})
+        )
+        + ".",
+        "",
         *summary(comparisons),
         "",
         "### Rows",
