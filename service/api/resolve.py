@@ -65,6 +65,7 @@ def resolve_gpu(catalog: GpuCatalog, ref: str) -> GpuSpec:
         mig_profile=match.mig_profile.name if match.mig_profile else None,
         mig_max_instances=match.mig_profile.max_instances if match.mig_profile else None,
         shared=match.shared,
+        driver_total_bytes=None if match.mig_profile else gpu.memory_bytes,
     )
 
 
@@ -76,4 +77,5 @@ def ad_hoc_gpu(memory_bytes: int) -> GpuSpec:
         ref=f"memory:{memory_bytes}",
         name=f"a GPU of {memory_bytes / 2**30:.2f} GiB",
         total_bytes=derived_cuda_total(spec.memory_bytes),
+        driver_total_bytes=spec.memory_bytes,
     )

@@ -201,15 +201,6 @@ _ENTRIES: tuple[Calibrated, ...] = (
         "As training.backward_work_intermediate; no validation row moves it either.",
         applies_to="fine-tuning, when a recomputed layer's backward sets the peak",
     ),
-    Calibrated(
-        "sglang.mem_fraction_static",
-        0.88,
-        "fraction of GPU memory",
-        "SGLang's static memory fraction (weights and KV pool) when the request sets none.",
-        "SGLang's server_args default for large GPUs; a stand-in until the engine's own rule "
-        "is modelled.",
-        applies_to="SGLang",
-    ),
 )
 
 REGISTER: Mapping[str, Calibrated] = MappingProxyType({e.name: e for e in _ENTRIES})

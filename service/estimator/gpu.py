@@ -36,6 +36,9 @@ class GpuSpec:
     mig_max_instances: int | None = None
     shared: bool = False
     gpus_per_node: int = DEFAULT_GPUS_PER_NODE
+    # The total the driver tool prints (nvidia-smi memory.total, rocm-smi VRAM total), which
+    # SGLang sizes its defaults from; None for a MIG slice, whose process reads the CUDA total.
+    driver_total_bytes: int | None = None
 
     @property
     def is_mig(self) -> bool:

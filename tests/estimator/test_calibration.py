@@ -38,7 +38,6 @@ def test_register_values_are_pinned() -> None:
         "training.fragmentation_fraction": 0.05,
         "training.backward_work_intermediate": 3,
         "training.backward_work_hidden": 4,
-        "sglang.mem_fraction_static": 0.88,
     }
     assert {n: e.value for n, e in calibration.REGISTER.items()} == pinned
     for entry in calibration.REGISTER.values():
@@ -154,11 +153,6 @@ def test_exllama_scratch_for_gptq_4bit() -> None:
     assert stage_figures(req)[0].activations == H * FF * 2 + FF * 2048 * 4 + 256
     int8 = dataclasses.replace(req, weight_format="gptq-int8")
     assert stage_figures(int8)[0].activations == 0
-
-
-def test_sglang_default_fraction() -> None:
-    req = InferenceRequest(architecture=LLAMA, engine="sglang", gpu_memory_bytes=80 * GIB)
-    assert setup_for(req).usable(80 * GIB) == int(80 * GIB * 0.88)
 
 
 def test_data_parallel_nccl_pricing() -> None:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from service.estimator.engines.overhead import OverheadTerms, framework_overhead
 from service.estimator.errors import InvalidRequest
-from service.estimator.units import normalize_dtype
+from service.estimator.units import GIB, normalize_dtype
 from service.estimator.weights import Placement
 
 if TYPE_CHECKING:
@@ -170,6 +170,8 @@ class EngineContext:
     architecture: Architecture
     gpu_memory_bytes: int | None
     gpu: GpuSpec | None = None
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,6 +253,19 @@ class Engine:
     def budget_fraction(self, s: EngineSettings) -> float:
         return 1.0 if self.budget_option is None else float(s[self.budget_option])
 
+    def budget_bytes(self, setup: ServingSetup, gpu_memory_bytes: int) -> int:
+        """What the engine's budget lets it use of a GPU's memory: the total × its fraction."""
+        return int(gpu_memory_bytes * self.budget_fraction(setup.settings))
+
+    def budget_note(self, setup: ServingSetup, gpu_memory_bytes: int) -> str:
+        """How :meth:`budget_bytes` was reached, for the fit's assumptions."""
+        if self.budget_option is None:
+            return f"usable = CUDA total {gpu_memory_bytes / GIB:.2f} GiB"
+        return (
+            f"usable = CUDA total {gpu_memory_bytes / GIB:.2f} GiB × "
+            f"{self.budget_fraction(setup.settings):g} ({self.budget_option})"
+        )
+
     def resolve_dtype(
         self,
         arch: Architecture,
@@ -296,6 +311,11 @@ class Engine:
     def stage(self, args: StageArgs) -> StageBuild:
         """What the engine adds to one pipeline stage (nothing for the base engine)."""
         return StageBuild()
+
+    def complete(self, setup: ServingSetup) -> ServingSetup:
+        """The setup once its weights and stages are known: an engine that sizes what lives
+        beside its budget from them (SGLang's request table) fills it in here."""
+        return setup
 
     def setup_notes(
         self, arch: Architecture, s: EngineSettings, last_state: object

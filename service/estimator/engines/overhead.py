@@ -68,10 +68,21 @@ class OverheadTerms:
     library_workspace: int = 0
     nccl: int = 0
     cuda_graphs: int = 0
+    # A forward's transients held beside the budget (SGLang: one prefill chunk's).
+    activations: int = 0
+    # SGLang's req_to_token table, allocated after the pool is sized.
+    request_table: int = 0
 
     @property
     def total(self) -> int:
-        return self.cuda_context + self.library_workspace + self.nccl + self.cuda_graphs
+        return (
+            self.cuda_context
+            + self.library_workspace
+            + self.nccl
+            + self.cuda_graphs
+            + self.activations
+            + self.request_table
+        )
 
     def lines(self) -> list[str]:
         out = []
@@ -86,6 +97,10 @@ class OverheadTerms:
             out.append(f"NCCL buffers {self.nccl / GIB:.2f} GiB per GPU")
         if self.cuda_graphs:
             out.append(f"CUDA graph pool {self.cuda_graphs / GIB:.2f} GiB per GPU")
+        if self.activations:
+            out.append(f"forward activations {self.activations / GIB:.2f} GiB per GPU")
+        if self.request_table:
+            out.append(f"request-to-token table {self.request_table / GIB:.2f} GiB per GPU")
         return out
 
 

@@ -1,25 +1,42 @@
-"""``sglang``: SGLang's static memory split, as its start-up log reports it.
+"""``sglang``: SGLang's static memory split, as its start-up log reports it, per release line.
 
-Budget: ``mem_fraction_static`` of the driver's total holds the weights and the KV pool (with
-the context, workspaces and NCCL buffers); the rest (1 − fraction) is left for activations at
-``chunked_prefill_size`` tokens per forward and the CUDA graphs. The pool is token-granular:
-every layer holds every token (``max_total_num_tokens`` = pool ÷ bytes per token).
-The fraction's default is the calibration register's ``sglang.mem_fraction_static``.
-``context_length`` defaults to SGLang's ``get_context_length``: the first of the config's
-context keys, times the rope factor unless the scaling states its original context or is of
-type llama3; a request that names no sequence length is judged at it. ``--dtype auto`` as
-SGLang's ``_get_and_verify_dtype`` resolves it: the checkpoint's dtype, a float32 checkpoint
-in fp16 (Gemma families: bf16); a bf16 checkpoint is kept on a GPU without bf16, which then
-cannot run it.
+Budget: SGLang measures the memory free once torch.distributed (NCCL, custom all-reduce) is up
+and before the weights load (``F0``: the CUDA total less the CUDA context and the
+communication buffers), and gives ``mem_fraction_static × F0`` to the weights and the KV pool:
+the pool is what that leaves after the weights (``profile_max_num_token``:
+``rest = F1 − F0 · (1 − fraction)``, ``F1`` the memory free after loading). The pool is
+token-granular: ``max_total_num_tokens = rest // cell``, the cell being one token's K and V on
+every layer of the stage (MLA: the latent, not split by TP), floored to ``page_size``.
+Everything allocated after the pool lives in the slack ``(1 − fraction) · F0``: the
+req_to_token table (``rows × (context_length + 4)`` int32, rows = the request slots derived
+from the pool, :func:`~.sglang_versions.max_num_reqs`), the CUDA graphs (SGLang's own figure:
+2 MiB per decode batch size), one prefill chunk's activations, cuBLAS workspaces; when they do
+not fit, the verdict is ``outside_budget_exceeded``. SGLang refuses to start only when the pool
+holds nothing (``Not enough memory``); a pool shorter than ``context_length`` limits requests
+instead.
+
+The defaults (``mem_fraction_static``, ``chunked_prefill_size``, ``cuda_graph_max_bs``) follow
+the release line of ``version`` (:mod:`.sglang_versions`), from the GPU's memory as nvidia-smi
+prints it, TP and PP. ``context_length`` defaults to SGLang's ``get_context_length``: the first
+of the config's context keys, times the rope factor unless the scaling states its original
+context or is of type llama3; a request that names no sequence length is judged at it.
+``--dtype auto`` as SGLang's ``_get_and_verify_dtype`` resolves it: the checkpoint's dtype, a
+float32 checkpoint in fp16 (Gemma families: bf16); a bf16 checkpoint is kept on a GPU without
+bf16, which then cannot run it. Sliding-window models get a hybrid pool where the release
+gives one (sliding layers hold 0.8 slots per full-attention slot and keep a request's window).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, ClassVar
 
 from service.estimator.calibration import value
+from service.estimator.engines import sglang_versions as sv
 from service.estimator.engines.base import (
     DtypeChoice,
     Engine,
@@ -30,99 +47,68 @@ from service.estimator.engines.base import (
     activation_dtype,
     tp_sizes_dividing_widths,
 )
-from service.estimator.engines.overhead import OverheadTerms, framework_overhead
+from service.estimator.engines.overhead import OverheadTerms, cuda_context_bytes, nccl_bytes
+from service.estimator.engines.sglang_options import (
+    OPTIONS,
+    derived_context_length,
+    derived_defaults,
+    gpu_mib,
+)
 from service.estimator.engines.vllm import DTYPES, concurrency_length
 from service.estimator.formats import WeightFormat
 from service.estimator.model import Architecture
 from service.estimator.result import Capacity
-from service.estimator.units import GIB, normalize_dtype
+from service.estimator.units import GIB, MIB, normalize_dtype
 
 if TYPE_CHECKING:
     from service.estimator.gpu import GpuSpec
     from service.estimator.inference.setup import ServingSetup, Stage
 
-__all__ = ["SglangEngine"]
+__all__ = ["SglangEngine", "SglangPool", "derived_context_length", "gpu_mib"]
 
-_LARGE_GPU_BYTES = 70 * GIB
-# When a config names no context length (get_context_length's fallback).
-FALLBACK_CONTEXT_LENGTH = 2048
 VOCAB_PADDING = 64
+# SGLang's own estimate of decode CUDA-graph memory per captured batch size (the 2 MiB per
+# unit of max batch size of its reserve, server_args.py 0.5.3+).
+GRAPH_BYTES_PER_BATCH = 2 * MIB
+# req_to_token rows hold context_length + 4 int32 slots.
+_ROW_EXTRA, _ROW_BYTES = 4, 4
 
 
-def derived_context_length(arch: Architecture) -> int:
-    """SGLang's ``get_context_length``: the config's context (``model_max_length`` is read
-    before ``max_position_embeddings``), times the rope factor unless the scaling names its
-    original context or is of type llama3."""
-    context = arch.model_max_length or arch.max_position_embeddings or FALLBACK_CONTEXT_LENGTH
-    if arch.original_max_position_embeddings or arch.rope_type in (None, "llama3"):
-        return context
-    return int(context * arch.rope_factor)
+@dataclass(frozen=True, slots=True)
+class SglangPool:
+    """SGLang's KV pool on one GPU as its start-up log reports it."""
+
+    free_at_start: int  # F0, bytes
+    budget: int  # F0 × mem_fraction_static
+    rest: int  # what the budget leaves after the weights
+    cell: float  # bytes of one full-attention slot on every layer (with its sliding share)
+    tokens: int  # max_total_num_tokens (full-attention slots)
+    swa_tokens: int | None  # sliding-window slots of a hybrid pool
+    max_num_reqs: int
+    max_running_requests: int
+    request_table_bytes: int
+
+    @property
+    def pool_bytes(self) -> int:
+        return int(self.tokens * self.cell)
 
 
 class SglangEngine(Engine):
     name: ClassVar[str] = "sglang"
-    summary: ClassVar[str] = "SGLang: mem_fraction_static holds weights and a token KV pool"
+    summary: ClassVar[str] = (
+        "SGLang: mem_fraction_static of the memory free at start holds weights and a token KV pool"
+    )
     budget_option: ClassVar[str | None] = "mem_fraction_static"
     fused_kernels: ClassVar[bool] = True
     context_option: ClassVar[str | None] = "context_length"
-    options: ClassVar[tuple[Option, ...]] = (
-        Option(
-            "mem_fraction_static",
-            float,
-            "SGLang: fraction of the GPU's memory for weights and the KV pool (0.88).",
-            low=0.0,
-            high=1.0,
-            low_open=True,
-            flag="--mem-fraction-static",
-        ),
-        Option(
-            "chunked_prefill_size",
-            int,
-            "SGLang: tokens per prefill chunk (8192 on GPUs of 70 GiB or more, else 2048).",
-            low=1,
-            high=1 << 24,
-            flag="--chunked-prefill-size",
-        ),
-        Option(
-            "max_running_requests",
-            int,
-            "SGLang: requests running at once (1024 on GPUs of 70 GiB or more, else 256).",
-            low=1,
-            high=1 << 20,
-            flag="--max-running-requests",
-        ),
-        Option(
-            "context_length",
-            int,
-            "SGLang: the longest sequence a request may have (also accepted as max_model_len).",
-            low=1,
-            high=1 << 24,
-            flag="--context-length",
-            aliases=("max_model_len",),
-        ),
-        Option(
-            "dtype",
-            str,
-            "vLLM, SGLang: the dtype the model runs in (`auto`: the engine's rule for the "
-            "checkpoint and GPU).",
-            default="auto",
-            choices=("auto", *DTYPES),
-            flag="--dtype",
-        ),
-    )
+    options: ClassVar[tuple[Option, ...]] = OPTIONS
+
+    # ---- options --------------------------------------------------------------------
 
     def defaults(
         self, values: Mapping[str, OptionValue | None], ctx: EngineContext
     ) -> Mapping[str, OptionValue | None]:
-        large = ctx.gpu_memory_bytes is None or ctx.gpu_memory_bytes >= _LARGE_GPU_BYTES
-        return MappingProxyType(
-            {
-                "mem_fraction_static": value("sglang.mem_fraction_static"),
-                "chunked_prefill_size": 8192 if large else 2048,
-                "max_running_requests": 1024 if large else 256,
-                "context_length": derived_context_length(ctx.architecture),
-            }
-        )
+        return derived_defaults(values, ctx)
 
     def default_sequence_length(self, s: EngineSettings) -> int:
         return int(s["context_length"])
@@ -169,9 +155,15 @@ class SglangEngine(Engine):
             str(s["context_length"]),
             "--mem-fraction-static",
             f"{float(s['mem_fraction_static']):g}",
-            "--max-running-requests",
-            str(s["max_running_requests"]),
         ]
+        for name, flag in (
+            ("max_running_requests", "--max-running-requests"),
+            ("max_total_tokens", "--max-total-tokens"),
+        ):
+            if s[name] is not None:
+                args += [flag, str(s[name])]
+        if s["disable_cuda_graph"]:
+            args.append("--disable-cuda-graph")
         if kv_cache_dtype != "auto":
             args += ["--kv-cache-dtype", kv_cache_dtype]
         if s["dtype"] != "auto":
@@ -182,32 +174,167 @@ class SglangEngine(Engine):
         length = s["context_length"]
         return None if length is None else int(length)
 
+    # ---- setup ----------------------------------------------------------------------
+
     def overheads(
         self, s: EngineSettings, tp: int, pp: int, layers_on_gpu: int
     ) -> tuple[OverheadTerms, OverheadTerms]:
-        return framework_overhead(tp, pp), OverheadTerms()
+        """Nothing is charged to the budget but the weights and the pool: the context and
+        NCCL are allocated before F0 is measured, the rest after the pool (in the slack)."""
+        graphs = 0 if s["disable_cuda_graph"] else GRAPH_BYTES_PER_BATCH * s["cuda_graph_max_bs"]
+        outside = OverheadTerms(
+            cuda_context=cuda_context_bytes(),
+            library_workspace=int(value("cuda.library_workspace_bytes")),
+            nccl=nccl_bytes(tp, pp),
+            cuda_graphs=graphs,
+        )
+        return OverheadTerms(), outside
+
+    def complete(self, setup: ServingSetup) -> ServingSetup:
+        """The slack's terms that depend on the model: one prefill chunk's activations and
+        the req_to_token table, whose rows follow from the pool's tokens."""
+        chunk = int(setup.settings["chunked_prefill_size"])
+        outside = dataclasses.replace(
+            setup.outside_budget, activations=int(setup.coeffs.per_token * chunk)
+        )
+        if setup.gpu_memory_bytes is not None:
+            with_activations = dataclasses.replace(setup, outside_budget=outside)
+            pool = self.pool(with_activations, setup.gpu_memory_bytes)
+            outside = dataclasses.replace(outside, request_table=pool.request_table_bytes)
+        return dataclasses.replace(setup, outside_budget=outside)
+
+    def budget_bytes(self, setup: ServingSetup, gpu_memory_bytes: int) -> int:
+        return int(
+            self.free_at_start(setup, gpu_memory_bytes) * self.budget_fraction(setup.settings)
+        )
+
+    def budget_note(self, setup: ServingSetup, gpu_memory_bytes: int) -> str:
+        free = self.free_at_start(setup, gpu_memory_bytes)
+        return (
+            f"usable = memory free at start {free / GIB:.2f} GiB (CUDA total "
+            f"{gpu_memory_bytes / GIB:.2f} GiB less the CUDA context and NCCL) × "
+            f"{self.budget_fraction(setup.settings):g} (mem_fraction_static)"
+        )
+
+    @staticmethod
+    def free_at_start(setup: ServingSetup, gpu_memory_bytes: int) -> int:
+        """F0: what is free once the CUDA context and the communicators exist."""
+        pre = setup.outside_budget.cuda_context + setup.outside_budget.nccl
+        return max(0, gpu_memory_bytes - pre)
+
+    def setup_notes(
+        self, arch: Architecture, s: EngineSettings, last_state: object
+    ) -> tuple[str, ...]:
+        rel = sv.release(str(s["version"]))
+        notes = [
+            *rel.notes,
+            f"SGLang {rel.text} accounting (line {rel.line.name}, {rel.line.span}: default "
+            f"mem_fraction_static {rel.line.rule})",
+            f"chunked_prefill_size {s['chunked_prefill_size']}, cuda_graph_max_bs "
+            f"{s['cuda_graph_max_bs']}",
+        ]
+        layers = arch.layer_types
+        if "sliding_attention" in layers and self._hybrid(arch, s):
+            notes.append(
+                f"SGLang hybrid sliding-window pool: {sv.SWA_FULL_TOKENS_RATIO:g} sliding slots "
+                "per full-attention slot; a request keeps its window on sliding layers"
+            )
+        return tuple(notes)
+
+    @staticmethod
+    def _hybrid(arch: Architecture, s: EngineSettings) -> bool:
+        rel = sv.release(str(s["version"]))
+        return sv.hybrid_swa(rel, arch.architectures, "sliding_attention" in arch.layer_types)
+
+    # ---- the pool -------------------------------------------------------------------
+
+    def _cell(self, setup: ServingSetup, stage: Stage) -> float:
+        """Bytes of one full-attention slot with its share of sliding slots, on every layer."""
+        kv = stage.kv
+        if not kv.sliding_layers or not self._hybrid(setup.arch, setup.settings):
+            return kv.full_token_bytes
+        per_layer = kv.layer_token_bytes
+        return per_layer * (kv.full_layers + sv.SWA_FULL_TOKENS_RATIO * kv.sliding_layers)
+
+    def pool(self, setup: ServingSetup, gpu_memory_bytes: int) -> SglangPool:
+        """The pool as ``profile_max_num_token`` / ``init_memory_pool`` size it."""
+        s = setup.settings
+        rel = sv.release(str(s["version"]))
+        free = self.free_at_start(setup, gpu_memory_bytes)
+        budget = self.budget_bytes(setup, gpu_memory_bytes)
+        # The least free memory over the ranks, and the largest cell, set the token count.
+        rest = budget - max(st.weights for st in setup.stages)
+        cell = max(self._cell(setup, st) for st in setup.stages)
+        page = int(s["page_size"])
+        tokens = int(max(0, rest) // cell) // page * page if cell else 0
+        if s["max_total_tokens"] is not None:
+            tokens = min(tokens, int(s["max_total_tokens"]))
+        swa = None
+        if cell != setup.stages[-1].kv.full_token_bytes:
+            swa = int(tokens * sv.SWA_FULL_TOKENS_RATIO)
+        context = int(s["context_length"])
+        flag = s["max_running_requests"]
+        reqs = sv.max_num_reqs(rel, tokens, context, None if flag is None else int(flag))
+        rows = sv.request_table_rows(rel, reqs)
+        return SglangPool(
+            free_at_start=free,
+            budget=budget,
+            rest=rest,
+            cell=cell,
+            tokens=tokens,
+            swa_tokens=swa,
+            max_num_reqs=reqs,
+            max_running_requests=sv.running_requests(
+                tokens, None if flag is None else int(flag), reqs
+            ),
+            request_table_bytes=rows * (context + _ROW_EXTRA) * _ROW_BYTES,
+        )
+
+    # ---- workload -------------------------------------------------------------------
 
     def sequence_cost(
         self, setup: ServingSetup, stage: Stage, seq_len: int, prompt: int
     ) -> tuple[int, int]:
-        return seq_len * stage.kv.full_token_bytes, 0
+        """A sequence's slots: ``seq_len`` full-attention slots; in a hybrid pool as many of
+        the sliding slots as its window needs, whichever share of the pool is larger."""
+        cell = self._cell(setup, stage)
+        if cell == stage.kv.full_token_bytes:
+            return seq_len * stage.kv.full_token_bytes, 0
+        window = min(seq_len, stage.kv.window or seq_len)
+        slots = max(seq_len, window / sv.SWA_FULL_TOKENS_RATIO)
+        return math.ceil(slots * cell), 0
 
     def capacity(
         self, setup: ServingSetup, gpu_memory_bytes: int, seq_len: int
     ) -> tuple[Capacity, tuple[str, ...]]:
-        budget = setup.usable(gpu_memory_bytes)
+        pool = self.pool(setup, gpu_memory_bytes)
         conc_len = concurrency_length(setup, seq_len)
-        st = max(setup.stages, key=lambda x: x.weights + x.kv.full_token_bytes)
-        pool = max(0, budget - st.weights - setup.overhead.total)
-        per_token = st.kv.full_token_bytes
-        tokens = pool // per_token if per_token else 0
+        per_seq = self.sequence_cost(setup, setup.stages[-1], conc_len, conc_len)[0]
+        weights = max(st.weights for st in setup.stages)
+        notes = [
+            f"SGLang: memory free at start {pool.free_at_start / GIB:.2f} GiB, budget "
+            f"{pool.budget / GIB:.2f} GiB, after weights {pool.rest / GIB:.2f} GiB; "
+            f"max_total_num_tokens {pool.tokens}, max_running_requests "
+            f"{pool.max_running_requests}",
+            f"SGLang req_to_token table {pool.request_table_bytes / GIB:.2f} GiB "
+            f"({pool.max_num_reqs} request slots) in the slack",
+        ]
+        if pool.swa_tokens is not None:
+            notes.append(f"SGLang sliding-window slots {pool.swa_tokens}")
+        if pool.tokens <= 0:
+            notes.append("SGLang would refuse to start: 'Not enough memory' (no KV tokens)")
+        elif pool.tokens < int(setup.settings["context_length"]):
+            notes.append(
+                f"the pool's {pool.tokens} tokens are fewer than context_length: SGLang starts "
+                "and limits a request to the pool"
+            )
         cap = Capacity(
-            kv_cache_bytes_per_token=per_token,
-            kv_cache_pool_bytes=pool,
-            kv_cache_tokens=tokens,
-            max_concurrency=round(tokens / conc_len, 2),
+            kv_cache_bytes_per_token=math.ceil(pool.cell),
+            kv_cache_pool_bytes=pool.pool_bytes,
+            kv_cache_tokens=pool.tokens,
+            max_concurrency=round(pool.pool_bytes / per_seq if per_seq else 0.0, 2),
             sequence_length=conc_len,
-            budget_bytes=budget,
-            subtracted=MappingProxyType({"weights": st.weights, "overhead": setup.overhead.total}),
+            budget_bytes=pool.budget,
+            subtracted=MappingProxyType({"weights": weights}),
         )
-        return cap, ()
+        return cap, tuple(notes)

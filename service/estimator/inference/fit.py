@@ -30,7 +30,6 @@ from service.estimator.inference.verdict import Verdict, judge, runnable_tensor_
 from service.estimator.parallel import MAX_GPU_COUNT, Layout
 from service.estimator.result import Fit, FitReason
 from service.estimator.search import MAX_SEARCH_STEPS
-from service.estimator.units import GIB
 
 __all__ = ["MAX_SCAN_SETUPS", "fit_inference", "min_gpu_count", "runnable_splits"]
 
@@ -284,13 +283,7 @@ def fit_inference(req: InferenceRequest, gpu_label: str, gpu_count: int | None) 
     check_length(setup, seq_len)
     verdict = judge(req, setup, mem)
     usable = verdict.usable
-    option = setup.engine.budget_option
-    if option is not None:
-        notes.append(
-            f"usable = CUDA total {mem / GIB:.2f} GiB × {setup.budget_fraction:g} ({option})"
-        )
-    else:
-        notes.append(f"usable = CUDA total {mem / GIB:.2f} GiB")
+    notes.append(setup.engine.budget_note(setup, mem))
     if req.gpu is not None and req.gpu.shared:
         notes.append(
             "time-sliced GPU: replicas share its memory with no isolation; the verdict "

@@ -73,12 +73,18 @@ class InferenceRequest:
     def prompt(self) -> int:
         return self.prompt_tokens if self.prompt_tokens is not None else self.seq_len
 
-    def settings(self) -> EngineSettings:
-        """The engine's options, checked and completed with its defaults."""
+    def settings(self, tp: int | None = None, pp: int | None = None) -> EngineSettings:
+        """The engine's options, checked and completed with its defaults (at the request's
+        layout, or at ``tp`` × ``pp``: some defaults depend on it)."""
         engine = get_engine(self.engine)
-        return engine.resolve(
-            self.engine_options, EngineContext(self.arch, self.gpu_memory_bytes, self.gpu)
+        ctx = EngineContext(
+            self.arch,
+            self.gpu_memory_bytes,
+            self.gpu,
+            tp or self.tensor_parallel_size,
+            pp or self.pipeline_parallel_size,
         )
+        return engine.resolve(self.engine_options, ctx)
 
 
 def resolved(req: InferenceRequest) -> InferenceRequest:
@@ -144,7 +150,7 @@ def setup_for(req: InferenceRequest, tp: int | None = None, pp: int | None = Non
         req.arch,
         req.weight_format,
         req.kv_cache_dtype,
-        req.settings(),
+        req.settings(tp, pp),
         tp,
         pp,
         req.attention,

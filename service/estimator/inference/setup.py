@@ -68,7 +68,7 @@ class ServingSetup:
 
     def usable(self, gpu_memory_bytes: int) -> int:
         """What the engine's budget lets it use of a GPU's memory."""
-        return int(gpu_memory_bytes * self.budget_fraction)
+        return self.engine.budget_bytes(self, gpu_memory_bytes)
 
 
 @memoized
@@ -132,7 +132,7 @@ def serving_setup(
             )
         )
     assumptions.extend(engine.setup_notes(arch, settings, stages[-1].engine_state))
-    return ServingSetup(
+    setup = ServingSetup(
         arch=arch,
         engine=engine,
         settings=settings,
@@ -150,3 +150,4 @@ def serving_setup(
         assumptions=tuple(dict.fromkeys(assumptions)),
         unsupported=choice.unsupported,
     )
+    return engine.complete(setup)

@@ -1,0 +1,187 @@
+"""SGLang's options as data, and the defaults it derives for those the caller leaves unset.
+
+``context_length`` follows SGLang's ``get_context_length``; ``chunked_prefill_size``,
+``cuda_graph_max_bs`` and ``mem_fraction_static`` follow the release line of ``version``
+(:mod:`.sglang_versions`), from the GPU's memory as nvidia-smi prints it, TP and PP.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+from service.estimator.engines import sglang_versions as sv
+from service.estimator.engines.base import EngineContext, Option, OptionValue
+from service.estimator.engines.vllm import DTYPES
+from service.estimator.model import Architecture
+from service.estimator.units import MIB
+
+if TYPE_CHECKING:
+    from service.estimator.gpu import GpuSpec
+
+__all__ = ["OPTIONS", "derived_context_length", "derived_defaults", "gpu_mib"]
+
+# When a config names no context length (get_context_length's fallback).
+FALLBACK_CONTEXT_LENGTH = 2048
+
+
+def derived_context_length(arch: Architecture) -> int:
+    """SGLang's ``get_context_length``: the config's context (``model_max_length`` is read
+    before ``max_position_embeddings``), times the rope factor unless the scaling names its
+    original context or is of type llama3."""
+    context = arch.model_max_length or arch.max_position_embeddings or FALLBACK_CONTEXT_LENGTH
+    if arch.original_max_position_embeddings or arch.rope_type in (None, "llama3"):
+        return context
+    return int(context * arch.rope_factor)
+
+
+def gpu_mib(ctx_gpu: GpuSpec | None, gpu_memory_bytes: int | None) -> int | None:
+    """The GPU's memory as SGLang reads it, MiB: nvidia-smi's memory.total (rocm-smi on ROCm);
+    where no driver total is known (a MIG slice, a bare figure) the CUDA total, as SGLang's
+    fallback to ``torch.cuda.mem_get_info`` reads it."""
+    if ctx_gpu is not None and ctx_gpu.driver_total_bytes is not None:
+        return ctx_gpu.driver_total_bytes // MIB
+    if gpu_memory_bytes is not None:
+        return gpu_memory_bytes // MIB
+    return None
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option(
+        "version",
+        str,
+        "vLLM, SGLang: the engine release whose memory accounting to model (`0.5.6`, "
+        "`0.19.0`, ...); the newest modelled by default, others map to the nearest "
+        "modelled line (docs/inference.md).",
+        default=sv.DEFAULT_VERSION,
+    ),
+    Option(
+        "mem_fraction_static",
+        float,
+        "SGLang: fraction of the memory free at start for weights and the KV pool "
+        "(default: the release's rule from the GPU's memory, chunk and graph sizes, TP × PP).",
+        low=0.0,
+        high=1.0,
+        low_open=True,
+        flag="--mem-fraction-static",
+    ),
+    Option(
+        "chunked_prefill_size",
+        int,
+        "SGLang: tokens per prefill chunk (default: by the GPU's memory, per release).",
+        low=1,
+        high=1 << 24,
+        flag="--chunked-prefill-size",
+    ),
+    Option(
+        "cuda_graph_max_bs",
+        int,
+        "SGLang: the largest decode batch captured as a CUDA graph (default: by the GPU's "
+        "memory and TP, per release).",
+        low=1,
+        high=1 << 16,
+        flag="--cuda-graph-max-bs",
+    ),
+    Option(
+        "disable_cuda_graph",
+        bool,
+        "SGLang: no CUDA graphs.",
+        default=False,
+        flag="--disable-cuda-graph",
+    ),
+    Option(
+        "max_running_requests",
+        int,
+        "SGLang: requests running at once (default: derived from the KV pool's tokens).",
+        low=1,
+        high=1 << 20,
+        flag="--max-running-requests",
+    ),
+    Option(
+        "max_total_tokens",
+        int,
+        "SGLang: a cap on the KV pool's tokens (default: what the budget holds).",
+        low=1,
+        high=1 << 40,
+        flag="--max-total-tokens",
+    ),
+    Option(
+        "page_size",
+        int,
+        "SGLang: tokens per KV page (1).",
+        default=1,
+        low=1,
+        high=1 << 12,
+        flag="--page-size",
+    ),
+    Option(
+        "context_length",
+        int,
+        "SGLang: the longest sequence a request may have (also accepted as max_model_len).",
+        low=1,
+        high=1 << 24,
+        flag="--context-length",
+        aliases=("max_model_len",),
+    ),
+    Option(
+        "dtype",
+        str,
+        "vLLM, SGLang: the dtype the model runs in (`auto`: the engine's rule for the "
+        "checkpoint and GPU).",
+        default="auto",
+        choices=("auto", *DTYPES),
+        flag="--dtype",
+    ),
+)
+
+
+def derived_defaults(
+    values: Mapping[str, OptionValue | None], ctx: EngineContext
+) -> Mapping[str, OptionValue | None]:
+    """The options SGLang derives when the caller sets none, as the release's rules do."""
+    rel = sv.release(str(values.get("version") or sv.DEFAULT_VERSION))
+    arch = ctx.architecture
+    tp, pp = ctx.tensor_parallel_size, ctx.pipeline_parallel_size
+    mib = gpu_mib(ctx.gpu, ctx.gpu_memory_bytes)
+    context = values.get("context_length") or derived_context_length(arch)
+    chunk = values.get("chunked_prefill_size") or sv.chunked_prefill_default(rel, mib)
+    running = values.get("max_running_requests")
+    max_bs = values.get("cuda_graph_max_bs") or sv.decode_max_bs(
+        rel,
+        sv.cuda_graph_max_bs_default(rel, mib, tp),
+        None if running is None else int(running),
+    )
+    fraction = values.get("mem_fraction_static")
+    if fraction is None:
+        graph_tokens = int(chunk)
+        if rel.since(sv.PREFILL_GRAPH_CONTEXT_CAP):
+            graph_tokens = min(graph_tokens, int(context))
+        if values.get("max_total_tokens"):
+            graph_tokens = min(graph_tokens, int(values["max_total_tokens"]))  # type: ignore[arg-type]
+        vision = arch.vision
+        fraction = sv.fraction_default(
+            rel,
+            sv.FractionInputs(
+                gpu_mib=mib,
+                tp=tp,
+                pp=pp,
+                chunked_prefill_size=int(chunk),
+                decode_max_bs=int(max_bs),
+                decode_graphs=not values.get("disable_cuda_graph"),
+                prefill_graph_max_tokens=graph_tokens,
+                mla=arch.mla is not None,
+                multimodal=vision is not None,
+                vit_layers=vision.num_layers if vision else 24,
+                vit_hidden=vision.hidden_size if vision else 1024,
+            ),
+        )
+    return MappingProxyType(
+        {
+            "version": rel.text,
+            "mem_fraction_static": fraction,
+            "chunked_prefill_size": chunk,
+            "cuda_graph_max_bs": max_bs,
+            "context_length": context,
+        }
+    )
