@@ -201,7 +201,9 @@ def _count_calls(monkeypatch: pytest.MonkeyPatch, engine: str, *, cold: bool) ->
     monkeypatch.setattr(engine_type, "sequence_cost", counting_cost)
     monkeypatch.setattr(fit_module, "min_gpu_count", counting_min_count)
     if cold:
-        memo.clear()
+        # Empty, at its default budget: an app made earlier in this process with caching off
+        # (cache_bytes=0) must not turn the warm count into a cold one.
+        memo.configure(memo.DEFAULT_BUDGET_BYTES)
     return calls
 
 
