@@ -65,6 +65,7 @@ def resolve_gpu(catalog: GpuCatalog, ref: str) -> GpuSpec:
         mig_profile=match.mig_profile.name if match.mig_profile else None,
         mig_max_instances=match.mig_profile.max_instances if match.mig_profile else None,
         shared=match.shared,
+        vendor=gpu.vendor,
     )
 
 

@@ -36,6 +36,7 @@ class GpuSpec:
     mig_max_instances: int | None = None
     shared: bool = False
     gpus_per_node: int = DEFAULT_GPUS_PER_NODE
+    vendor: str | None = None  # "nvidia", "amd", "intel" (None: unknown)
 
     @property
     def is_mig(self) -> bool:

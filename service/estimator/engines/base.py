@@ -194,6 +194,9 @@ class StageBuild:
     fixed_activation: int = 0
     state: Any = None
     notes: tuple[str, ...] = ()
+    # Bytes the engine's kernels store beyond the checkpoint's tensors on each GPU of the
+    # stage (weights repacked or padded for the kernel the GPU runs): part of its weights.
+    extra_weights: int = 0
 
 
 class Engine:
@@ -339,3 +342,6 @@ class StageArgs:
     weight_format_kind: str
     weight_format_bits: int
     extra: Mapping[str, Any] = field(default_factory=dict)
+    gpu: GpuSpec | None = None
+    act_dtype: str = "bf16"
+    layers: int = 0  # decoder layers on this stage

@@ -61,6 +61,7 @@ class ServingSetup:
     max_model_len: int | None
     assumptions: tuple[str, ...]
     unsupported: str | None = None  # why the GPU cannot run this setup (None: it can)
+    gpu: GpuSpec | None = None
 
     @property
     def budget_fraction(self) -> float:
@@ -116,10 +117,13 @@ def serving_setup(
                 is_last=i == pp - 1,
                 weight_format_kind=fmt.kind,
                 weight_format_bits=fmt.bits,
+                gpu=gpu,
+                act_dtype=act_dtype,
+                layers=kv.layers,
             )
         )
         assumptions.extend(build.notes)
-        weights = layout.per_stage[i]
+        weights = layout.per_stage[i] + build.extra_weights
         stages.append(
             Stage(
                 index=i,
@@ -149,4 +153,5 @@ def serving_setup(
         max_model_len=max_model_len,
         assumptions=tuple(dict.fromkeys(assumptions)),
         unsupported=choice.unsupported,
+        gpu=gpu,
     )
