@@ -443,12 +443,19 @@ class VllmEngine(Engine):
     def overheads(
         self, s: EngineSettings, tp: int, pp: int, layers_on_gpu: int
     ) -> tuple[OverheadTerms, OverheadTerms]:
-        line = engine_line(str(s["version"]), None, str(s["dtype"]))
+        return self.overheads_on(s, tp, pp, layers_on_gpu, None)
+
+    def overheads_on(
+        self, s: EngineSettings, tp: int, pp: int, layers_on_gpu: int, gpu: GpuSpec | None
+    ) -> tuple[OverheadTerms, OverheadTerms]:
+        line = engine_line(str(s["version"]), gpu, str(s["dtype"]))
         graphs = 0 if s["enforce_eager"] else cuda_graph_pool_bytes(layers_on_gpu)
         # What the line's budget charges (vllm_versions: budget, graphs_in_budget).
         context_inside = line.budget in ("device", "extensible")
         graphs_inside = line.graphs_in_budget
-        inside = framework_overhead(tp, pp, cuda_context=context_inside)
+        inside = framework_overhead(
+            tp, pp, cuda_context=context_inside, nvswitch=_nvswitch_board(gpu)
+        )
         inside = dataclasses.replace(inside, cuda_graphs=graphs if graphs_inside else 0)
         outside = OverheadTerms(
             cuda_context=0 if context_inside else cuda_context_bytes(),
@@ -600,6 +607,18 @@ class VllmEngine(Engine):
         mnbt = int(setup.settings["max_num_batched_tokens"])
         need_one = self._groups(setup.stages[-1]).request_bytes(conc_len, mnbt)
         return required - kv_last + need_one > usable
+
+
+def _nvswitch_board(gpu: GpuSpec | None) -> bool:
+    """Whether TP peers share an NVSwitch board of the Hopper generation or later (NVLink
+    SHARP): SXM parts of compute capability 9.0 / 10.x; unknown GPUs and AMD's fully connected
+    XGMI boards keep the fitted figure."""
+    if gpu is None or gpu.compute_capability is None:
+        return True
+    name = gpu.name.lower()
+    if "pcie" in name or " nvl" in name:
+        return False
+    return gpu.compute_capability in ((9, 0), (10, 0), (10, 3))
 
 
 def _cc(cc: tuple[int, int] | None) -> str:

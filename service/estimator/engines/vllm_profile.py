@@ -54,7 +54,16 @@ DEFAULT_MM_LIMIT = 999
 _ACT_QUANT_KINDS = ("int8-channel", "fp8-tensor", "fp8-channel", "fp8-block")
 _FP8_NATIVE = (8, 9)
 
-_SAMPLER_BYTES = {"v0": 30.0, "native": 26.0, "triton": 12.0, "v2": 4.0}
+# The sampler's bytes per logit beyond the model-dtype logits at its widest moment. For the
+# sort-based top-k/top-p (V0 and V1's native path) that is the sort itself: the fp32 copy (4),
+# the sorted values (4) and int64 indices (8), and what torch.sort allocates while it runs on
+# a [R, V] tensor of 128 rows or more: int64 source indices (8) and cub's alternate key and
+# value buffers (4 + 8) (pytorch/pytorch aten/src/ATen/native/cuda/SortStable.cu:
+# segmented_sort_pairs; the cub temporary size is cub's own) = 36, above the later
+# mask/softmax/scatter moment (V0 30, native 26).
+_SORT_TEMPORARIES = 20.0
+_SAMPLER_BYTES = {"v0": 16.0 + _SORT_TEMPORARIES, "native": 16.0 + _SORT_TEMPORARIES}
+_SAMPLER_BYTES |= {"triton": 12.0, "v2": 4.0}
 
 
 @dataclass(frozen=True, slots=True)

@@ -103,7 +103,7 @@ def serving_setup(
     assumptions = [*choice.notes, *layout.assumptions]
     if eager:
         assumptions.append("eager attention materializes heads × prompt² scores (+fp32 softmax)")
-    inside, outside = engine.overheads(settings, tp, pp, max(k.layers for k in kv_layouts))
+    inside, outside = engine.overheads_on(settings, tp, pp, max(k.layers for k in kv_layouts), gpu)
     assumptions.extend(inside.lines())
     stages: list[Stage] = []
     for i, kv in enumerate(kv_layouts):
