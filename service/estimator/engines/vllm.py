@@ -303,8 +303,10 @@ class VllmEngine(Engine):
     def defaults(
         self, values: Mapping[str, OptionValue | None], ctx: EngineContext
     ) -> Mapping[str, OptionValue | None]:
-        line, _ = line_for(str(values.get("version") or NEWEST.name))
-        run = engine_line(str(values.get("version") or NEWEST.name), ctx.gpu, str(values["dtype"]))
+        version = values.get("version")
+        version = NEWEST.name if version is None else str(version)
+        line, _ = line_for(version)
+        run = engine_line(version, ctx.gpu, str(values["dtype"]))
         derived = derived_max_model_len(ctx.architecture, line)
         given = values.get("max_model_len")
         if given is not None and int(given) > derived:
