@@ -234,20 +234,15 @@ def evaluate() -> tuple[list[Case], list[Verdict], list[Excluded]]:
         if row["row_id"] == "v_43308":
             excluded.append(Excluded(rid, "a reporter's approximate table (~), not a log"))
             continue
+        reasons = []
         if model is None:
-            excluded.append(
-                Excluded(rid, f"model not resolvable in the catalog: {row['model'] or 'not named'}")
-            )
-            continue
+            reasons.append(f"model not resolvable in the catalog: {row['model'] or 'not named'}")
         if version is None:
-            excluded.append(Excluded(rid, _basis))
-            continue
-        if parse_version(version) < oldest:
-            excluded.append(
-                Excluded(
-                    rid, f"release {version} predates the oldest modelled line ({LINES[0].name})"
-                )
-            )
+            reasons.append(_basis)
+        elif parse_version(version) < oldest:
+            reasons.append(f"release {version} predates the oldest modelled line ({LINES[0].name})")
+        if reasons or model is None or version is None:
+            excluded.append(Excluded(rid, "; ".join(reasons)))
             continue
         gpu = STAND_IN if rid in PER_TOKEN_ONLY else _gpu(row)
         line = line_for(version)[0].name
