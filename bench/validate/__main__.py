@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from bench.validate import calibration, inference, public_logs_sglang
+from bench.validate import calibration, inference, public_logs, public_logs_sglang
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "docs" / "accuracy.md"
@@ -35,6 +35,7 @@ def main() -> int:
         finetune = None  # type: ignore[assignment]
     if finetune is not None and hasattr(finetune, "report"):
         parts.append("\n" + finetune.report())
+    parts.append("\n" + public_logs.report())
     parts.append("\n" + public_logs_sglang.report())
     parts.append("\n" + calibration.report())
     OUT.write_text("".join(parts))

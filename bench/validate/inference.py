@@ -122,6 +122,8 @@ def vllm_request(row: dict[str, str]) -> InferenceRequest:
             "max_model_len": int(row["max_model_len"]),
             "max_num_batched_tokens": 8192,
             "block_size": 16,
+            # The line these runs were measured on (the calibration line).
+            "version": "0.19",
         },
         tensor_parallel_size=int(row["tp"]),
         pipeline_parallel_size=int(row["pp"]),

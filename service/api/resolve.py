@@ -66,6 +66,7 @@ def resolve_gpu(catalog: GpuCatalog, ref: str) -> GpuSpec:
         mig_max_instances=match.mig_profile.max_instances if match.mig_profile else None,
         shared=match.shared,
         driver_total_bytes=None if match.mig_profile else gpu.memory_bytes,
+        vendor=gpu.vendor,
     )
 
 

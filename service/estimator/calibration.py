@@ -98,7 +98,8 @@ _ENTRIES: tuple[Calibrated, ...] = (
             "mixtral-8x7b-tp2",
             "qwen25-7b-tp2",
         ),
-        applies_to="TP >= 2 (fine-tuning: data-parallel groups too)",
+        applies_to="TP >= 2 (fine-tuning: data-parallel groups too); vLLM: NVSwitch boards of "
+        "Hopper and later, or an unknown GPU",
     ),
     Calibrated(
         "nccl.tp_peer_bytes",
@@ -125,7 +126,8 @@ _ENTRIES: tuple[Calibrated, ...] = (
         "NCCL's default channel buffer (NCCL_BUFFSIZE, 4 MiB) times its channels in each "
         "direction, rounded; not fitted (the vLLM PP rows report 0.07 GiB non-torch in all, "
         "below the library workspace, so they cannot separate this term).",
-        applies_to="PP >= 2",
+        applies_to="PP >= 2; vLLM TP groups without NVSwitch: twice this per peer (two "
+        "communicators)",
     ),
     Calibrated(
         "vllm.cuda_graph_base_bytes",

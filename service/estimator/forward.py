@@ -34,6 +34,7 @@ from service.estimator.model import Architecture
 __all__ = [
     "HIDDEN_TENSORS",
     "ForwardCoefficients",
+    "dense_widths",
     "forward_coefficients",
     "prefill_transient",
 ]
@@ -84,6 +85,14 @@ def _attention_width(arch: Architecture, tp: int) -> float:
     kv = max(1, arch.num_kv_heads // tp) * arch.head_dim
     q = arch.num_attention_heads * arch.head_dim / tp
     return 2 * q + 2 * kv
+
+
+def dense_widths(arch: Architecture, tp: int) -> tuple[float, float]:
+    """(attention, dense MLP) elements per token on one TP rank: the non-MoE candidates for a
+    layer's peak, for engines that price their MoE buffers themselves."""
+    per_gate = 3 if arch.gated_mlp else 2
+    dense = per_gate * arch.intermediate_size / tp if arch.num_dense_layers else 0.0
+    return _attention_width(arch, tp), dense
 
 
 def forward_coefficients(

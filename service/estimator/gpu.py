@@ -39,6 +39,7 @@ class GpuSpec:
     # The total the driver tool prints (nvidia-smi memory.total, rocm-smi VRAM total), which
     # SGLang sizes its defaults from; None for a MIG slice, whose process reads the CUDA total.
     driver_total_bytes: int | None = None
+    vendor: str | None = None  # "nvidia", "amd", "intel" (None: unknown)
 
     @property
     def is_mig(self) -> bool:

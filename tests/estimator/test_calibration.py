@@ -120,11 +120,15 @@ def test_pipeline_p2p_buffers() -> None:
 
 
 def test_vllm_graph_pool_and_context_outside_the_budget() -> None:
-    req = InferenceRequest(architecture=LLAMA, engine="vllm", gpu_memory_bytes=80 * GIB)
+    # Up to the 0.19 line the graphs are captured after the KV cache is sized.
+    v019 = {"version": "0.19"}
+    req = InferenceRequest(
+        architecture=LLAMA, engine="vllm", gpu_memory_bytes=80 * GIB, engine_options=v019
+    )
     outside = setup_for(req).outside_budget
     assert outside.cuda_graphs == 384 * MIB + 17 * MIB * L
     assert outside.cuda_context == 512 * MIB
-    eager = dataclasses.replace(req, engine_options={"enforce_eager": True})
+    eager = dataclasses.replace(req, engine_options={**v019, "enforce_eager": True})
     assert setup_for(eager).outside_budget.cuda_graphs == 0
 
 
@@ -174,8 +178,13 @@ def test_vllm_profiling_peak_is_the_sampler_run() -> None:
     # On an H100-sized GPU vLLM profiles 8192 tokens and samples min(1024, 8192) rows: bf16
     # logits plus 12.75 B per logit of fp32 copy and top-k/top-p work space, while the 8192-row
     # hidden states and two 1024-row copies stay alive. That exceeds the forward's
-    # 8192 × 2 × (4h + 3I) bytes.
-    req = InferenceRequest(architecture=LLAMA, engine="vllm", gpu_memory_bytes=80 * GIB)
+    # 8192 × 2 × (4h + 3I) bytes. (The 0.19 line: the one the sampler term was fitted on.)
+    req = InferenceRequest(
+        architecture=LLAMA,
+        engine="vllm",
+        gpu_memory_bytes=80 * GIB,
+        engine_options={"version": "0.19"},
+    )
     sampler = 1024 * V * (2 + 12.75) + 8192 * H * 2 + 2 * 1024 * H * 2
     assert sampler > 8192 * 2 * (4 * H + 3 * FF)
     assert stage_figures(req)[0].activations == int(sampler)

@@ -26,7 +26,7 @@ from service.api.schemas.common import (
     json_depth_and_size,
 )
 from service.estimator import training
-from service.estimator.engines import ENGINES, all_options
+from service.estimator.engines import ENGINES, REGISTRY, all_options
 from service.estimator.formats import KV_CACHE_DTYPES, WEIGHT_FORMATS
 from service.estimator.inference.setup import ATTENTION
 from service.estimator.parallel import MAX_GPU_COUNT
@@ -172,7 +172,9 @@ def _engine_option_field(name: str) -> tuple[Any, Any]:
     if option.high is not None:
         bounds["le"] = option.high
     accepted_by = ", ".join(engines)
-    description = f"{option.description} Accepted by: {accepted_by}."
+    # Engines sharing a name may describe it differently (their own defaults): say each.
+    texts = dict.fromkeys(REGISTRY[e].option_table()[name].description for e in engines)
+    description = f"{' '.join(texts)} Accepted by: {accepted_by}."
     if option.name != name:
         description = f"Another name of `{option.name}`. {description}"
     return kind | None, Field(None, description=description, **bounds)

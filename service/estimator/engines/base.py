@@ -196,6 +196,9 @@ class StageBuild:
     fixed_activation: int = 0
     state: Any = None
     notes: tuple[str, ...] = ()
+    # Bytes the engine's kernels store beyond the checkpoint's tensors on each GPU of the
+    # stage (weights repacked or padded for the kernel the GPU runs): part of its weights.
+    extra_weights: int = 0
 
 
 class Engine:
@@ -308,6 +311,12 @@ class Engine:
         uses_nccl = tp * pp > 1
         return framework_overhead(tp, pp, uses_nccl=uses_nccl), OverheadTerms()
 
+    def overheads_on(
+        self, s: EngineSettings, tp: int, pp: int, layers_on_gpu: int, gpu: GpuSpec | None
+    ) -> tuple[OverheadTerms, OverheadTerms]:
+        """:meth:`overheads` on a known GPU (engines whose terms depend on it override this)."""
+        return self.overheads(s, tp, pp, layers_on_gpu)
+
     def stage(self, args: StageArgs) -> StageBuild:
         """What the engine adds to one pipeline stage (nothing for the base engine)."""
         return StageBuild()
@@ -359,3 +368,6 @@ class StageArgs:
     weight_format_kind: str
     weight_format_bits: int
     extra: Mapping[str, Any] = field(default_factory=dict)
+    gpu: GpuSpec | None = None
+    act_dtype: str = "bf16"
+    layers: int = 0  # decoder layers on this stage

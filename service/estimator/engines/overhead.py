@@ -36,13 +36,27 @@ __all__ = [
 ]
 
 
-def nccl_bytes(tensor_parallel_size: int, pipeline_parallel_size: int) -> int:
-    """NCCL buffers one GPU holds for its TP group and its pipeline neighbours."""
+# Communicators a vLLM TP group keeps: torch's ProcessGroupNCCL and vLLM's own PyNccl.
+TP_COMMUNICATORS = 2
+
+
+def nccl_bytes(
+    tensor_parallel_size: int, pipeline_parallel_size: int, *, nvswitch: bool = True
+) -> int:
+    """NCCL buffers one GPU holds for its TP group and its pipeline neighbours.
+
+    ``nvswitch``: the GPUs sit on an NVSwitch board of the Hopper generation or later, where
+    NCCL also sets up NVLink SHARP buffers: the fitted figure. Elsewhere (PCIe, NVLink bridges,
+    Ampere and older) a TP group holds its communicators' channel buffers only: per peer the
+    same default channel buffers as a pipeline peer, in each of the group's two communicators.
+    """
     b = 0
-    if tensor_parallel_size > 1:
+    if tensor_parallel_size > 1 and nvswitch:
         b += int(
             value("nccl.tp_group_bytes") + value("nccl.tp_peer_bytes") * (tensor_parallel_size - 1)
         )
+    elif tensor_parallel_size > 1:
+        b += int(TP_COMMUNICATORS * value("nccl.pp_peer_bytes") * (tensor_parallel_size - 1))
     if pipeline_parallel_size > 1:
         b += int(value("nccl.pp_peer_bytes"))
     return b
@@ -110,10 +124,12 @@ def framework_overhead(
     *,
     uses_nccl: bool = True,
     cuda_context: bool = True,
+    nvswitch: bool = True,
 ) -> OverheadTerms:
     """Context, workspaces and communication buffers of a plain PyTorch process on one GPU."""
+    nccl = nccl_bytes(tensor_parallel_size, pipeline_parallel_size, nvswitch=nvswitch)
     return OverheadTerms(
         cuda_context=cuda_context_bytes() if cuda_context else 0,
         library_workspace=int(value("cuda.library_workspace_bytes")),
-        nccl=nccl_bytes(tensor_parallel_size, pipeline_parallel_size) if uses_nccl else 0,
+        nccl=nccl if uses_nccl else 0,
     )

@@ -51,9 +51,9 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "version",
         str,
-        "vLLM, SGLang: the engine release whose memory accounting to model (`0.5.6`, "
-        "`0.19.0`, ...); the newest modelled by default, others map to the nearest "
-        "modelled line (docs/inference.md).",
+        "SGLang: the release whose memory accounting to model, e.g. 0.4.8 or 0.5.6 (lines "
+        "A-F of docs/inference.md; default the newest modelled, another release maps to the "
+        "line covering it).",
         default=sv.DEFAULT_VERSION,
     ),
     Option(

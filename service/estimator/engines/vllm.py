@@ -1,4 +1,9 @@
-"""``vllm``: the vLLM v1 engine (v0.19 accounting), as its start-up log reports memory.
+"""``vllm``: the vLLM engine, as its start-up log reports memory, for the release line named by
+``engine_options.version`` (:mod:`.vllm_versions`; default the newest modelled line).
+
+The description below is the v0.19 line (the one shared/validation measured); what each other
+line changes (what the budget charges, defaults, the profiling run, CUDA-graph accounting) is
+data in :mod:`.vllm_versions`, the profiling run per line in :mod:`.vllm_profile`.
 
 Budget: the driver's total × ``gpu_memory_utilization``. At start-up vLLM loads the weights,
 runs a profiling forward on ``max_num_batched_tokens`` dummy tokens and a dummy sampler run,
@@ -35,11 +40,11 @@ heads (or be a multiple of them), the MLP and expert widths and the 64-padded vo
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, ClassVar
 
-from service.estimator.calibration import value
 from service.estimator.engines.base import (
     DtypeChoice,
     Engine,
@@ -52,6 +57,7 @@ from service.estimator.engines.base import (
     activation_dtype,
     tp_sizes_dividing_widths,
 )
+from service.estimator.engines.mxfp4_storage import BACKENDS, default_backend, mxfp4_extra_bytes
 from service.estimator.engines.overhead import (
     OverheadTerms,
     cuda_context_bytes,
@@ -59,6 +65,8 @@ from service.estimator.engines.overhead import (
     framework_overhead,
 )
 from service.estimator.engines.vllm_kv import VllmKvGroups, vllm_groups
+from service.estimator.engines.vllm_profile import profile_peak
+from service.estimator.engines.vllm_versions import LINES, NEWEST, VllmLine, line_for
 from service.estimator.errors import InvalidRequest
 from service.estimator.formats import WeightFormat
 from service.estimator.model import Architecture
@@ -67,14 +75,22 @@ from service.estimator.units import GIB, MIB, normalize_dtype
 from service.estimator.weights import Placement
 
 if TYPE_CHECKING:
-    from service.estimator.forward import ForwardCoefficients
     from service.estimator.gpu import GpuSpec
     from service.estimator.inference.setup import ServingSetup, Stage
 
-__all__ = ["LARGE_GPU_BYTES", "MLA_WORKSPACE_BYTES", "VllmEngine", "sampler_peak"]
+__all__ = ["LARGE_GPU_BYTES", "MLA_WORKSPACE_BYTES", "VllmEngine", "engine_line"]
 
-# vLLM's threshold for its larger scheduling defaults (EngineArgs, usage context OpenAI server).
+# vLLM's thresholds for its larger scheduling defaults (EngineArgs, usage context OpenAI server).
 LARGE_GPU_BYTES = 70 * GIB
+HUGE_GPU_BYTES = 160 * GIB  # v0.34's top tier (B200/B300, MI300X)
+# V0 turns chunked prefill on above this max_model_len (EngineArgs.create_engine_config).
+V0_CHUNKED_ABOVE = 32768
+# The extensible KV cache's margin floor (v0.34 extensible_kv_cache.py: 1 GiB; 3 GiB on ROCm)
+# and fraction of the transient peak.
+EXTENSIBLE_MARGIN_FLOOR = {"amd": 3 * GIB}
+EXTENSIBLE_MARGIN_FLOOR_DEFAULT = 1 * GIB
+EXTENSIBLE_MARGIN_FRACTION = 0.75
+_V0_FALLBACK = next(line for line in LINES if line.name == "0.6.5")
 # FLASHINFER_MLA_WORKSPACE_BUFFER_SIZE, allocated when flashinfer_mla.py is imported.
 MLA_WORKSPACE_BYTES = 128 * MIB
 VOCAB_PADDING = 64
@@ -110,21 +126,35 @@ DTYPES = {
 }
 
 
-def derived_max_model_len(arch: Architecture) -> int:
-    """vLLM's ``_get_and_verify_max_len`` without a user value (0.11.2-0.22 rules): the
-    config's context (``model_max_length`` wins when the config states one), scaled by the
+def derived_max_model_len(arch: Architecture, line: VllmLine = NEWEST) -> int:
+    """vLLM's ``_get_and_verify_max_len`` without a user value: the config's context (from
+    0.8.5 a stated ``model_max_length`` replaces it, before it only lowers it), scaled by the
     rope factor except for Gemma 3 and the su / longrope / llama3 types, yarn scaling the
-    original context; a longrope model defaults to its original context."""
+    original context (not in 0.34, where yarn's context already is scaled); from 0.11.2 a
+    longrope model defaults to its original context. 0.6.4 caps a model with interleaved
+    sliding-window layers to its window (it disables the window)."""
     derived = arch.max_position_embeddings or FALLBACK_MAX_MODEL_LEN
     if arch.model_max_length:
-        derived = arch.model_max_length
+        if line.model_max_length_overrides:
+            derived = arch.model_max_length
+        else:
+            derived = min(derived, arch.model_max_length)
     kind = arch.rope_type
-    if kind == "longrope" and arch.original_max_position_embeddings:
+    if kind == "longrope" and arch.original_max_position_embeddings and line.longrope_original:
         return arch.original_max_position_embeddings
+    if (
+        line.name == "0.6.4"
+        and arch.sliding_window
+        and 0 < arch.num_sliding_layers < len(arch.layer_types)
+    ):
+        derived = min(derived, arch.sliding_window)
     if kind is None or kind in _UNSCALED_ROPE or arch.context_includes_rope_scaling:
         return derived
-    if kind == "yarn" and arch.original_max_position_embeddings:
-        return int(arch.original_max_position_embeddings * arch.rope_factor)
+    if kind == "yarn":
+        if not line.yarn_scales:
+            return derived
+        if arch.original_max_position_embeddings:
+            return int(arch.original_max_position_embeddings * arch.rope_factor)
     return int(derived * arch.rope_factor)
 
 
@@ -137,13 +167,43 @@ def rope_table_bytes(arch: Architecture, dtype_bytes: float) -> int:
     return int(rows * arch.rope_dim * dtype_bytes)
 
 
-def sampler_peak(c: ForwardCoefficients, tokens: int, max_num_seqs: int) -> float:
-    """vLLM's dummy sampler run: logits of min(max_num_seqs, tokens) rows and the sampler's work
-    space (calibration ``vllm.sampler_bytes_per_logit``), while the forward's ``tokens × h``
-    output and two ``rows × h`` copies stay alive."""
-    rows = min(max_num_seqs, tokens)
-    per_logit = c.dtype_bytes + value("vllm.sampler_bytes_per_logit")
-    return rows * c.vocab * per_logit + tokens * c.hidden_row + 2 * rows * c.hidden_row
+def engine_line(version: str, gpu: GpuSpec | None, dtype: str = "auto") -> VllmLine:
+    """The line whose accounting runs: 0.8.x falls back to its V0 engine on GPUs below compute
+    capability 8.0 and for float32 (``EngineArgs._is_v1_supported_oracle``, v0.8.5)."""
+    line, _ = line_for(version)
+    if line.name == "0.8.5":
+        cc = gpu.compute_capability if gpu is not None else None
+        if (cc is not None and cc < (8, 0)) or DTYPES.get(dtype) == "fp32":
+            return _V0_FALLBACK
+    return line
+
+
+def _batch_defaults(
+    line: VllmLine, ctx: EngineContext, max_model_len: int, seqs_given: OptionValue | None
+) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) as vLLM's EngineArgs defaults them."""
+    if line.batch == "v0":
+        seqs = 256 if seqs_given is None else int(seqs_given)
+        if max_model_len > V0_CHUNKED_ABOVE and ctx.architecture.vision is None:
+            return (512 if line.name == "0.6.4" else 2048), seqs
+        return max(max_model_len, 2048), seqs
+    mem = ctx.gpu_memory_bytes
+    name = ctx.gpu.name.lower() if ctx.gpu is not None else ""
+    if mem is None:
+        tokens, seqs = 8192, 1024
+    elif line.batch == "v1-0.34" and mem >= HUGE_GPU_BYTES:
+        tokens, seqs = 16384, 1024
+    elif mem >= LARGE_GPU_BYTES and (line.batch == "v1-0.8" or "a100" not in name):
+        tokens, seqs = 8192, 1024
+    else:
+        tokens, seqs = 2048, 256
+    if seqs_given is not None:
+        seqs = int(seqs_given)
+    if line.batch != "v1-0.8":
+        seqs = min(seqs, tokens)
+    if line.key >= (0, 11, 2):
+        tokens = min(seqs * max_model_len, tokens)
+    return tokens, seqs
 
 
 class VllmEngine(Engine):
@@ -156,9 +216,8 @@ class VllmEngine(Engine):
         Option(
             "gpu_memory_utilization",
             float,
-            "vLLM: fraction of the GPU's memory vLLM may use (0.9); SGLang's equivalent is "
-            "mem_fraction_static.",
-            default=0.9,
+            "vLLM: fraction of the GPU's memory vLLM may use (0.9; 0.92 from 0.21; 1.0 with "
+            "0.34's extensible KV cache); SGLang's equivalent is mem_fraction_static.",
             low=0.0,
             high=1.0,
             low_open=True,
@@ -176,7 +235,8 @@ class VllmEngine(Engine):
             "max_num_batched_tokens",
             int,
             "vLLM: tokens per scheduler step (chunked prefill), also its profiling size "
-            "(8192 on GPUs of 70 GiB or more, else 2048).",
+            "(V1: 8192 on GPUs of 70 GiB or more but A100s, else 2048; V0: the whole "
+            "max_model_len unless chunked prefill).",
             low=1,
             high=1 << 24,
             flag="--max-num-batched-tokens",
@@ -192,8 +252,7 @@ class VllmEngine(Engine):
         Option(
             "block_size",
             int,
-            "vLLM: tokens per KV-cache block (16).",
-            default=16,
+            "vLLM: tokens per KV-cache block (16; 64 from 0.34).",
             choices=(1, 8, 16, 32, 64, 128),
             flag="--block-size",
         ),
@@ -213,13 +272,42 @@ class VllmEngine(Engine):
             choices=("auto", *DTYPES),
             flag="--dtype",
         ),
+        Option(
+            "version",
+            str,
+            "vLLM: the release whose memory accounting to model, e.g. 0.10.1 or 0.19.0 "
+            f"(modelled lines {', '.join(line.name for line in LINES)}; another release maps "
+            "to the newest line at or below it).",
+            default=NEWEST.name,
+        ),
+        Option(
+            "mxfp4_backend",
+            str,
+            "vLLM: the MoE kernel for mxfp4 experts (gpt-oss), which sets their padding and "
+            "scale copies (`auto`: Marlin below compute capability 9.0, FlashInfer on 10.x, "
+            "Triton on Hopper from 0.22, Marlin before; VLLM_MXFP4_USE_MARLIN forces Marlin).",
+            default="auto",
+            choices=("auto", *BACKENDS),
+        ),
+        Option(
+            "limit_mm_per_prompt",
+            int,
+            "vLLM: images per prompt a multimodal model accepts (its profiling run sizes the "
+            "encoder cache by it; 0 skips the vision tower). Default: vLLM's 999.",
+            low=0,
+            high=1 << 20,
+            flag="--limit-mm-per-prompt",
+        ),
     )
 
     def defaults(
         self, values: Mapping[str, OptionValue | None], ctx: EngineContext
     ) -> Mapping[str, OptionValue | None]:
-        large = ctx.gpu_memory_bytes is None or ctx.gpu_memory_bytes >= LARGE_GPU_BYTES
-        derived = derived_max_model_len(ctx.architecture)
+        version = values.get("version")
+        version = NEWEST.name if version is None else str(version)
+        line, _ = line_for(version)
+        run = engine_line(version, ctx.gpu, str(values["dtype"]))
+        derived = derived_max_model_len(ctx.architecture, line)
         given = values.get("max_model_len")
         if given is not None and int(given) > derived:
             raise InvalidRequest(
@@ -227,11 +315,15 @@ class VllmEngine(Engine):
                 "config's context with rope scaling, as vLLM derives it); vLLM refuses it",
                 field="engine_options.max_model_len",
             )
+        length = derived if given is None else int(given)
+        tokens, seqs = _batch_defaults(run, ctx, length, values.get("max_num_seqs"))
         return MappingProxyType(
             {
-                "max_num_batched_tokens": 8192 if large else 2048,
-                "max_num_seqs": 1024 if large else 256,
+                "max_num_batched_tokens": tokens,
+                "max_num_seqs": seqs,
                 "max_model_len": derived,
+                "gpu_memory_utilization": line.gpu_memory_utilization,
+                "block_size": line.block_size,
             }
         )
 
@@ -262,6 +354,22 @@ class VllmEngine(Engine):
                 unsupported = (
                     f"--dtype {requested}: bfloat16 needs compute capability 8.0, the GPU has "
                     f"{_cc(cc)}"
+                )
+        elif line_for(str(s["version"]))[0].fp32_to_fp16:
+            # <= 0.8.5 (_get_and_verify_dtype): float32 runs in fp16 (Gemma 2 in bf16 in
+            # 0.6.4), other dtypes as stored; bf16 on a GPU without it is refused.
+            compute = checkpoint
+            if checkpoint == "fp32":
+                compute = "bf16" if arch.model_type == "gemma2" else "fp16"
+            if compute == "bf16" and not bf16_ok:
+                unsupported = (
+                    f"this vLLM line runs the bf16 checkpoint as stored and bfloat16 needs "
+                    f"compute capability 8.0, the GPU has {_cc(cc)} (pass --dtype half)"
+                )
+            if compute != checkpoint:
+                notes.append(
+                    f"--dtype auto runs the {arch.dtype} checkpoint in {compute} (vLLM <= 0.8's "
+                    "rule)"
                 )
         else:
             compute = _auto_dtype(checkpoint, bf16_ok, arch.fp16_unsafe)
@@ -306,6 +414,8 @@ class VllmEngine(Engine):
             args += ["--kv-cache-dtype", kv_cache_dtype]
         if s["dtype"] != "auto":
             args += ["--dtype", str(s["dtype"])]
+        if s.get("limit_mm_per_prompt") is not None:
+            args += ["--limit-mm-per-prompt", f'{{"image": {int(s["limit_mm_per_prompt"])}}}']
         return args
 
     def max_model_len(self, s: EngineSettings) -> int | None:
@@ -328,36 +438,101 @@ class VllmEngine(Engine):
             tied_copy_on_last_stage=True,
             extra_per_gpu=rope + workspace,
             extra_notes=tuple(notes),
+            include_vision=s.get("limit_mm_per_prompt") != 0,
             vision_on_every_stage=True,
         )
 
     def overheads(
         self, s: EngineSettings, tp: int, pp: int, layers_on_gpu: int
     ) -> tuple[OverheadTerms, OverheadTerms]:
+        return self.overheads_on(s, tp, pp, layers_on_gpu, None)
+
+    def overheads_on(
+        self, s: EngineSettings, tp: int, pp: int, layers_on_gpu: int, gpu: GpuSpec | None
+    ) -> tuple[OverheadTerms, OverheadTerms]:
+        line = engine_line(str(s["version"]), gpu, str(s["dtype"]))
         graphs = 0 if s["enforce_eager"] else cuda_graph_pool_bytes(layers_on_gpu)
-        outside = OverheadTerms(cuda_context=cuda_context_bytes(), cuda_graphs=graphs)
-        return framework_overhead(tp, pp, cuda_context=False), outside
+        # What the line's budget charges (vllm_versions: budget, graphs_in_budget).
+        context_inside = line.budget in ("device", "extensible")
+        graphs_inside = line.graphs_in_budget
+        inside = framework_overhead(
+            tp, pp, cuda_context=context_inside, nvswitch=_nvswitch_board(gpu)
+        )
+        inside = dataclasses.replace(inside, cuda_graphs=graphs if graphs_inside else 0)
+        outside = OverheadTerms(
+            cuda_context=0 if context_inside else cuda_context_bytes(),
+            cuda_graphs=0 if graphs_inside else graphs,
+        )
+        return inside, outside
 
     def stage(self, args: StageArgs) -> StageBuild:
-        """The profiling run's peak: the forward on max_num_batched_tokens tokens; on the last
-        stage the larger of that and the sampler run; other stages also hold the hidden state
-        and residual they send on."""
+        """The profiling run's peak (:mod:`.vllm_profile`), the extensible cache's margin
+        (0.34), and what mxfp4 experts take in the kernel's layout beyond the checkpoint."""
         s, c = args.settings, args.coeffs
-        t = int(s["max_num_batched_tokens"])
-        forward = c.per_token * t
-        if args.is_last:
-            fixed = int(max(forward, sampler_peak(c, t, int(s["max_num_seqs"]))))
-        else:
-            fixed = int(forward + 2 * t * c.hidden_row)
-        return StageBuild(fixed_activation=fixed, state=vllm_groups(args.kv, int(s["block_size"])))
+        line = engine_line(str(s["version"]), args.gpu, str(s["dtype"]))
+        run = profile_peak(
+            args.arch,
+            c,
+            line,
+            tp=args.tp,
+            tokens=int(s["max_num_batched_tokens"]),
+            max_num_seqs=int(s["max_num_seqs"]),
+            max_model_len=int(s["max_model_len"]),
+            is_last=args.is_last,
+            weight_kind=args.weight_format_kind,
+            gpu=args.gpu,
+            mm_limit=s.get("limit_mm_per_prompt"),
+        )
+        fixed = int(run.peak)
+        notes = list(run.notes)
+        if line.budget == "extensible":
+            vendor = args.gpu.vendor if args.gpu is not None else None
+            floor = EXTENSIBLE_MARGIN_FLOOR.get(vendor or "", EXTENSIBLE_MARGIN_FLOOR_DEFAULT)
+            margin = int(max(floor, EXTENSIBLE_MARGIN_FRACTION * run.peak))
+            fixed += margin
+            notes.append(
+                f"vLLM's extensible KV cache leaves a margin of {margin / GIB:.2f} GiB beyond "
+                "the profiled peak (max of its floor and 0.75 × the peak)"
+            )
+        extra = 0
+        if args.weight_format_kind == "mx" and args.arch.moe is not None:
+            backend = str(s.get("mxfp4_backend", "auto"))
+            if backend == "auto":
+                backend = default_backend(args.gpu, line.mxfp4_hopper)
+            moe_layers = min(args.layers, len(args.arch.moe.layers))
+            extra = mxfp4_extra_bytes(args.arch, args.tp, moe_layers, backend)
+            notes.append(
+                f"vLLM's {backend} mxfp4 MoE kernel stores the experts padded and converted: "
+                f"{extra / GIB:+.3f} GiB per GPU against the checkpoint's layout"
+            )
+        if args.gpu is not None and args.gpu.vendor == "amd" and args.tp > 1:
+            notes.append(
+                "RCCL's buffers on ROCm are priced as NCCL's (fitted on H100 NVSwitch boards); "
+                "no public vLLM log of them was found to check"
+            )
+        return StageBuild(
+            fixed_activation=fixed,
+            state=vllm_groups(args.kv, int(s["block_size"])),
+            notes=tuple(notes),
+            extra_weights=extra,
+        )
 
     def setup_notes(
         self, arch: Architecture, s: EngineSettings, last_state: object
     ) -> tuple[str, ...]:
         t, seqs = int(s["max_num_batched_tokens"]), int(s["max_num_seqs"])
-        notes = [
-            f"vLLM profiling run at max_num_batched_tokens={t}, sampler on {min(seqs, t)} rows"
-        ]
+        line, mapped = line_for(str(s["version"]))
+        notes = [f"vLLM {line.name} line ({line.releases}): {line.source}"]
+        if mapped:
+            notes.append(mapped)
+        notes.extend(line.notes)
+        rows = min(seqs, t) if line.v1 else seqs
+        notes.append(f"vLLM profiling run at max_num_batched_tokens={t}, sampler on {rows} rows")
+        if line.kv_cache_memory_hint:
+            notes.append(
+                "this vLLM line logs a --kv-cache-memory value that reproduces the pool "
+                "(DEBUG level before 0.34)"
+            )
         if isinstance(last_state, VllmKvGroups) and last_state.sliding_groups:
             g = last_state
             notes.append(
@@ -434,6 +609,18 @@ class VllmEngine(Engine):
         mnbt = int(setup.settings["max_num_batched_tokens"])
         need_one = self._groups(setup.stages[-1]).request_bytes(conc_len, mnbt)
         return required - kv_last + need_one > usable
+
+
+def _nvswitch_board(gpu: GpuSpec | None) -> bool:
+    """Whether TP peers share an NVSwitch board of the Hopper generation or later (NVLink
+    SHARP): SXM parts of compute capability 9.0 / 10.x; unknown GPUs and AMD's fully connected
+    XGMI boards keep the fitted figure."""
+    if gpu is None or gpu.compute_capability is None:
+        return True
+    name = gpu.name.lower()
+    if "pcie" in name or " nvl" in name:
+        return False
+    return gpu.compute_capability in ((9, 0), (10, 0), (10, 3))
 
 
 def _cc(cc: tuple[int, int] | None) -> str:

@@ -61,6 +61,7 @@ class ServingSetup:
     max_model_len: int | None
     assumptions: tuple[str, ...]
     unsupported: str | None = None  # why the GPU cannot run this setup (None: it can)
+    gpu: GpuSpec | None = None
 
     @property
     def budget_fraction(self) -> float:
@@ -102,7 +103,7 @@ def serving_setup(
     assumptions = [*choice.notes, *layout.assumptions]
     if eager:
         assumptions.append("eager attention materializes heads × prompt² scores (+fp32 softmax)")
-    inside, outside = engine.overheads(settings, tp, pp, max(k.layers for k in kv_layouts))
+    inside, outside = engine.overheads_on(settings, tp, pp, max(k.layers for k in kv_layouts), gpu)
     assumptions.extend(inside.lines())
     stages: list[Stage] = []
     for i, kv in enumerate(kv_layouts):
@@ -116,10 +117,13 @@ def serving_setup(
                 is_last=i == pp - 1,
                 weight_format_kind=fmt.kind,
                 weight_format_bits=fmt.bits,
+                gpu=gpu,
+                act_dtype=act_dtype,
+                layers=kv.layers,
             )
         )
         assumptions.extend(build.notes)
-        weights = layout.per_stage[i]
+        weights = layout.per_stage[i] + build.extra_weights
         stages.append(
             Stage(
                 index=i,
@@ -149,5 +153,6 @@ def serving_setup(
         max_model_len=max_model_len,
         assumptions=tuple(dict.fromkeys(assumptions)),
         unsupported=choice.unsupported,
+        gpu=gpu,
     )
     return engine.complete(setup)

@@ -53,7 +53,7 @@ def test_vllm_capacity_follows_budget_rule() -> None:
             engine="vllm",
             sequence_length=8192,
             gpu_memory_bytes=H100,
-            engine_options={"gpu_memory_utilization": 0.9},
+            engine_options={"gpu_memory_utilization": 0.9, "version": "0.19"},
         )
     )
     cap = e.capacity
@@ -71,9 +71,12 @@ def test_vllm_capacity_follows_budget_rule() -> None:
 
 
 def test_vllm_rounds_to_blocks_and_fp8_halves() -> None:
-    a = estimate_inference(req(engine="vllm", sequence_length=1000))
+    v019 = {"version": "0.19"}  # 16-token blocks (64 from 0.34)
+    a = estimate_inference(req(engine="vllm", sequence_length=1000, engine_options=v019))
     assert a.per_gpu["kv_cache"] == 1008 * KV_PER_TOKEN  # 63 blocks of 16
-    b = estimate_inference(req(engine="vllm", sequence_length=1000, kv_cache_dtype="fp8"))
+    b = estimate_inference(
+        req(engine="vllm", sequence_length=1000, kv_cache_dtype="fp8", engine_options=v019)
+    )
     assert b.per_gpu["kv_cache"] * 2 == a.per_gpu["kv_cache"]
 
 

@@ -1,0 +1,412 @@
+"""Held-out check: the vLLM estimate against public start-up logs of other users, GPUs and releases.
+
+``data/public_logs_vllm.csv`` holds one vLLM start-up (or refusal) per row as a public log
+printed it, with the source (issue, PR, blog page) and who posted it; no constant of the
+estimator was fitted on any of these rows. Units: vLLM's "GB" in its weight line and every
+"GiB" are GiB (2^30 bytes; the wheels divide by 2**30). Cells hold the printed text; the
+number is the first figure of the cell.
+
+A row is scored when its model resolves in the model catalog, its release is known (printed,
+stated, or pinned by a log line only one release line has: ``LINE_FROM_LOG``) and at or after
+the oldest modelled line, and it prints at least one figure or verdict. The row's own flags
+(TP, ``max_model_len``, ``gpu_memory_utilization``, batch limits, eager) are passed; what it
+does not print takes the line's default. GPU: the catalog record the printed name resolves to
+(``GPU_REF``), with the printed CUDA total when the log gives it; a row whose GPU is unnamed but
+whose total is printed runs on that total alone. Everything else is listed with the reason it
+is not scored.
+
+Compared, where printed: weights, the profiled activation peak (0.6.4 prints the torch peak
+including the weights: the weights line is subtracted), non-torch memory, the KV pool, its
+tokens (``GPU KV cache size``, or blocks × block size), ``max_concurrency``, the pool's bytes
+per token, and whether the engine started or refused (the estimate refuses when the pool holds
+less than one ``max_model_len`` request).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import re
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from service.api.resolve import resolve_gpu
+from service.catalog.gpu_catalog import load_gpu_catalog
+from service.catalog.model_catalog import load_model_catalog
+from service.estimator.engines.vllm_versions import LINES, line_for, parse_version
+from service.estimator.errors import InvalidRequest
+from service.estimator.gpu import GpuSpec
+from service.estimator.inference import InferenceRequest, estimate_inference, stage_figures
+
+GIB = 2**30
+DATA = Path(__file__).parent / "data" / "public_logs_vllm.csv"
+
+#: Printed GPU names -> catalog ids (the names as the rows spell them).
+GPU_REF = {
+    "RTX 3090": "rtx-3090",
+    "RTX 4090": "rtx-4090",
+    "A800": "a800",
+    "A10 (24 GB)": "a10",
+    "A100 80GB (file name)": "a100-sxm4-80gb",
+    "A100 40GB (file name)": "a100-sxm4-40gb",
+    "H100 (title)": "h100",
+    "H100": "h100",
+    # The page does not print the A100's size; the run's weights and pool together (50.3 GiB)
+    # exceed a 40 GB card, so it is the 80 GB one.
+    "A100 (page title; size not in excerpt)": "a100-sxm4-80gb",
+}
+
+#: Printed model names -> catalog ids, where the row's name is not the catalog id itself.
+MODEL_REF = {
+    "gpt-oss-120b (local dir)": "openai/gpt-oss-120b",
+    "Qwen2-7B-Instruct": "Qwen/Qwen2-7B-Instruct",
+    "Qwen3-8B": "Qwen/Qwen3-8B",
+    "Qwen3-14B": "Qwen/Qwen3-14B",
+    "Llama 3.1 8B": "meta-llama/Llama-3.1-8B-Instruct",
+    # neuralmagic's repository was renamed RedHatAI; the same checkpoint.
+    "neuralmagic/Meta-Llama-3.1-70B-Instruct-quantized.w8a8": (
+        "RedHatAI/Meta-Llama-3.1-70B-Instruct-quantized.w8a8"
+    ),
+}
+
+#: Rows whose release is not printed but whose log lines exist in one modelled line only.
+LINE_FROM_LOG = {
+    # V0 (model_runner.py) with a separate "PyTorch activation peak memory" line: the memory
+    # profiling of 0.6.5 onwards, before V1 became the default.
+    "v_13061": ("0.6.5", "V0 log with the activation line of 0.6.5+ (model_runner.py:1115)"),
+    # "Model loading took" at gpu_model_runner.py:2007 and the V1 KV line, as in 0.10.1.
+    "v_23278": ("0.10.1", "line numbers of 0.10.1's gpu_model_runner.py"),
+    "v_27508": ("0.10.2", "gpu_worker.py:298 as in 0.10.2"),
+    # Dev builds: the release they lead to.
+    "v_pr10511_tp1": ("0.6.5", "a 0.6.5 development build"),
+    "v_pr10511_tp2": ("0.6.5", "a 0.6.5 development build"),
+    # Weights do not depend on the release line (no mxfp4 here): scored for weights only.
+    "v_pr12569": ("0.6.5", "a 0.7 development build, weights only"),
+    "v_mlc2267": ("0.6.5", "V0 log (model_runner.py:1071), weights only"),
+    "v_strix_pr5": ("0.34", "a development build on ROCm, weights only"),
+    "v_lmcache1739": ("0.10.2", "kv_cache_utils.py:864 as in 0.10.2; KV bytes per token only"),
+}
+
+#: Rows scored for weights or bytes per token only (GPU or flags unknown).
+PARTIAL_ONLY = {"v_pr12569", "v_mlc2267", "v_strix_pr5", "v_lmcache1739", "v_33155"}
+
+#: Rows whose GPU is unnamed and unprinted: only the pool's bytes per token are checked (they
+#: do not depend on the GPU; a stand-in 80 GiB total lets the estimate size a pool).
+PER_TOKEN_ONLY = {"v_lmcache1739"}
+STAND_IN = GpuSpec("memory:stand-in", "a stand-in GPU of 80 GiB", 80 * GIB)
+
+#: Options a row's mxfp4 kernel needs when the log names it.
+MXFP4_BACKEND = {"v_33155": "triton"}
+
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One compared figure of one public log row."""
+
+    row: str
+    line: str
+    component: str
+    estimate: float
+    measured: float
+    unit: str
+
+    @property
+    def error(self) -> float:
+        return (self.estimate - self.measured) / self.measured
+
+
+@dataclass(frozen=True)
+class Verdict:
+    row: str
+    line: str
+    printed: str  # started | refused
+    predicted: str
+
+    @property
+    def agrees(self) -> bool:
+        return self.printed == self.predicted
+
+
+@dataclass(frozen=True)
+class Excluded:
+    row: str
+    reason: str
+
+
+def rows() -> list[dict[str, str]]:
+    with DATA.open() as f:
+        return list(csv.DictReader(f))
+
+
+def number(cell: str) -> float | None:
+    m = _NUMBER.search(cell or "")
+    return None if m is None else float(m.group(0).replace(",", ""))
+
+
+@lru_cache(maxsize=1)
+def _models():  # type: ignore[no-untyped-def]
+    return load_model_catalog()
+
+
+@lru_cache(maxsize=1)
+def _gpus():  # type: ignore[no-untyped-def]
+    return load_gpu_catalog()
+
+
+def _model_id(row: dict[str, str]) -> str | None:
+    name = MODEL_REF.get(row["model"], row["model"])
+    return name if name in _models() else None
+
+
+def _version(row: dict[str, str]) -> tuple[str | None, str]:
+    if row["row_id"] in LINE_FROM_LOG:
+        return LINE_FROM_LOG[row["row_id"]]
+    text = row["vllm_version"].strip()
+    try:
+        parse_version(text.split()[0])
+    except (ValueError, IndexError):
+        return None, f"release not known ({text or 'not printed'})"
+    return text.split()[0], row["version_basis"]
+
+
+def _gpu(row: dict[str, str]) -> GpuSpec | None:
+    printed = number(row["total_gpu_memory_printed"])
+    ref = GPU_REF.get(row["gpu"])
+    if ref is not None:
+        spec = resolve_gpu(_gpus(), ref)
+        if printed:
+            spec = dataclasses.replace(spec, total_bytes=round(printed * GIB))
+        return spec
+    if printed:
+        return GpuSpec(
+            f"memory:{printed}", f"an unnamed GPU of {printed} GiB", round(printed * GIB)
+        )
+    return None
+
+
+def _options(row: dict[str, str], version: str) -> dict[str, Any]:
+    opts: dict[str, Any] = {"version": version}
+    for key in ("gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens"):
+        v = number(row[key])
+        if v is not None and (key == "gpu_memory_utilization" or v >= 1):
+            opts[key] = v if key == "gpu_memory_utilization" else int(v)
+    mml = number(row["max_model_len"])
+    if mml:
+        opts["max_model_len"] = int(mml)
+    if row["enforce_eager"].strip() == "True":
+        opts["enforce_eager"] = True
+    if row["row_id"] in MXFP4_BACKEND:
+        opts["mxfp4_backend"] = MXFP4_BACKEND[row["row_id"]]
+    return opts
+
+
+def _request(
+    row: dict[str, str], model: str, version: str, gpu: GpuSpec | None
+) -> InferenceRequest:
+    tp = int(number(row["tp"]) or 1)
+    return InferenceRequest(
+        architecture=_models().get(model).architecture,
+        sequence_length=None,
+        engine="vllm",
+        engine_options=_options(row, version),
+        tensor_parallel_size=tp,
+        gpu_memory_bytes=gpu.total_bytes if gpu is not None else None,
+        gpu=gpu,
+    )
+
+
+def evaluate() -> tuple[list[Case], list[Verdict], list[Excluded]]:
+    """Every row scored, or listed with why not."""
+    cases: list[Case] = []
+    verdicts: list[Verdict] = []
+    excluded: list[Excluded] = []
+    oldest = LINES[0].key
+    for row in rows():
+        rid = row["row_id"]
+        model = _model_id(row)
+        version, _basis = _version(row)
+        if row["row_id"] == "v_43308":
+            excluded.append(Excluded(rid, "a reporter's approximate table (~), not a log"))
+            continue
+        reasons = []
+        if model is None:
+            reasons.append(f"model not resolvable in the catalog: {row['model'] or 'not named'}")
+        if version is None:
+            reasons.append(_basis)
+        elif parse_version(version) < oldest:
+            reasons.append(f"release {version} predates the oldest modelled line ({LINES[0].name})")
+        if reasons or model is None or version is None:
+            excluded.append(Excluded(rid, "; ".join(reasons)))
+            continue
+        gpu = STAND_IN if rid in PER_TOKEN_ONLY else _gpu(row)
+        line = line_for(version)[0].name
+        req = _request(row, model, version, gpu)
+        try:
+            first = stage_figures(req)[0]
+            est = estimate_inference(req)
+        except InvalidRequest as e:
+            excluded.append(Excluded(rid, f"the estimator refuses the row's flags: {e}"))
+            continue
+        found = _compare(rid, line, row, first, est, gpu, cases, verdicts)
+        if not found:
+            excluded.append(Excluded(rid, "no figure or verdict the estimate can be checked on"))
+    return cases, verdicts, excluded
+
+
+def _compare(
+    rid: str,
+    line: str,
+    row: dict[str, str],
+    first: Any,
+    est: Any,
+    gpu: GpuSpec | None,
+    cases: list[Case],
+    verdicts: list[Verdict],
+) -> bool:
+    before = len(cases) + len(verdicts)
+
+    def add(component: str, estimate: float, measured: float | None, unit: str = "GiB") -> None:
+        if measured:
+            cases.append(Case(rid, line, component, estimate, measured, unit))
+
+    weights = number(row["weights_printed"])
+    if "(weights + non-torch)" not in row["weights_printed"]:
+        add("weights", first.weights / GIB, weights)
+    if rid in PER_TOKEN_ONLY:
+        pool, tokens = number(row["available_kv_printed"]), number(row["gpu_kv_cache_tokens"])
+        if pool and tokens and est.capacity is not None:
+            per_token = est.capacity.kv_cache_bytes_per_token
+            cases.append(Case(rid, line, "kv_bytes_per_token", per_token, pool * GIB / tokens, "B"))
+        return len(cases) + len(verdicts) > before
+    if gpu is None or rid in PARTIAL_ONLY:
+        return len(cases) + len(verdicts) > before
+    peak = row["torch_peak_printed"]
+    if "includes weights" in peak and weights is not None and number(peak) is not None:
+        add("activations", first.activations / GIB, (number(peak) or 0) - weights)
+    elif "(activation)" in peak:
+        add("activations", first.activations / GIB, number(peak))
+    add("non_torch", first.non_kv_overhead / GIB, number(row["non_torch_printed"]))
+    cap = est.capacity
+    pool = number(row["available_kv_printed"])
+    if cap is not None:
+        if pool is not None and pool > 0:
+            add("kv_pool", cap.kv_cache_pool_bytes / GIB, pool)
+        tokens = number(row["gpu_kv_cache_tokens"])
+        blocks = number(row["gpu_blocks"])
+        if tokens is None and blocks is not None and blocks > 0:
+            tokens = blocks * 16
+        if tokens:
+            add("kv_tokens", cap.kv_cache_tokens, tokens, "tokens")
+        conc = number(row["max_concurrency_x"])
+        if conc:
+            add("max_concurrency", cap.max_concurrency, conc, "requests")
+        outcome = row["outcome"].split()[0] if row["outcome"] else ""
+        if outcome in ("started", "refused"):
+            predicted = "started" if cap.max_concurrency >= 1 else "refused"
+            verdicts.append(Verdict(rid, line, outcome, predicted))
+    return len(cases) + len(verdicts) > before
+
+
+# ------------------------------------------------------------------------------------------
+# Report
+# ------------------------------------------------------------------------------------------
+
+COMPONENTS = (
+    "weights",
+    "activations",
+    "non_torch",
+    "kv_pool",
+    "kv_tokens",
+    "max_concurrency",
+    "kv_bytes_per_token",
+)
+
+
+def per_line(cases: Iterable[Case]) -> dict[tuple[str, str], list[Case]]:
+    out: dict[tuple[str, str], list[Case]] = {}
+    for c in cases:
+        out.setdefault((c.line, c.component), []).append(c)
+    return out
+
+
+def _fmt(v: float, unit: str) -> str:
+    if unit in ("tokens", "B"):
+        return f"{v:,.0f}"
+    return f"{v:.3f}" if abs(v) < 100 else f"{v:.1f}"
+
+
+def report() -> str:
+    cases, verdicts, excluded = evaluate()
+    lines = [
+        "## Held-out: public vLLM logs",
+        "",
+        "Start-up logs other users posted publicly (bench/validate/data/public_logs_vllm.csv, "
+        "each row with its source URL), compared with the estimate under the row's release "
+        "line, GPU and flags. No constant was fitted on these rows. Rows whose model the "
+        "catalog does not hold, whose release is unknown or older than the oldest modelled "
+        "line, or that print nothing checkable are listed below with the reason.",
+        "",
+        "### Per release line and component",
+        "",
+        "| line | component | n | mean abs error | worst |",
+        "|---|---|---:|---:|---:|",
+    ]
+    groups = per_line(cases)
+    for line in (ln.name for ln in LINES):
+        for comp in COMPONENTS:
+            cs = groups.get((line, comp))
+            if not cs:
+                continue
+            errs = [abs(c.error) for c in cs]
+            worst = max(cs, key=lambda c: abs(c.error))
+            lines.append(
+                f"| {line} | {comp} | {len(cs)} | {statistics.fmean(errs) * 100:.2f}% | "
+                f"{worst.error * 100:+.2f}% ({worst.row}) |"
+            )
+    lines += [
+        "",
+        "### All lines together",
+        "",
+        "| component | n | mean abs error | worst |",
+        "|---|---:|---:|---:|",
+    ]
+    for comp in COMPONENTS:
+        cs = [c for c in cases if c.component == comp]
+        if cs:
+            errs = [abs(c.error) for c in cs]
+            lines.append(
+                f"| {comp} | {len(cs)} | {statistics.fmean(errs) * 100:.2f}% | "
+                f"{max(errs) * 100:.2f}% |"
+            )
+    agree = sum(v.agrees for v in verdicts)
+    lines += [
+        "",
+        f"### Start or refuse ({agree} of {len(verdicts)} agree)",
+        "",
+        "| row | line | printed | estimate |",
+        "|---|---|---|---|",
+    ]
+    for v in verdicts:
+        lines.append(f"| {v.row} | {v.line} | {v.printed} | {v.predicted} |")
+    lines += [
+        "",
+        "### Rows",
+        "",
+        "| row | line | component | estimate | printed | unit | error |",
+        "|---|---|---|---:|---:|---|---:|",
+    ]
+    for c in cases:
+        lines.append(
+            f"| {c.row} | {c.line} | {c.component} | {_fmt(c.estimate, c.unit)} | "
+            f"{_fmt(c.measured, c.unit)} | {c.unit} | {c.error * 100:+.2f}% |"
+        )
+    lines += ["", f"### Not scored ({len(excluded)} rows)", "", "| row | reason |", "|---|---|"]
+    for e in excluded:
+        lines.append(f"| {e.row} | {e.reason} |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,184 @@
+"""vLLM's profiling run: the activation peak it measures before sizing the KV cache, by line.
+
+The run (``profile_run``; V0 ``vllm/worker/model_runner.py``, V1
+``vllm/v1/worker/gpu_model_runner.py``) is one forward over ``T = max_num_batched_tokens``
+dummy tokens, then a dummy sampler run over ``R`` rows (V0: ``max_num_seqs`` sequences; V1:
+``min(max_num_seqs, T)``), with the sampling parameters that make it do the most work
+(top-k = vocabulary − 1, top-p < 1). The measured peak is the larger of two moments:
+
+- the forward: ``T × d × 4·h`` (residual stream and its neighbours) plus the widest layer
+  moment: attention, the dense MLP, or a MoE layer's fused buffers (:mod:`.moe_workspace`);
+  with dynamically quantized activations (W8A8 int8, fp8 on GPUs with native fp8) a linear
+  also holds the quantized input and its per-token scales while its output is written
+  (``ops.scaled_int8_quant`` / ``scaled_fp8_quant`` before ``cutlass_scaled_mm``): the gated
+  MLP's moments become ``max(3I·d, 2I·d + h, I·d + I + 4 + h·d)`` per token;
+- the sampler: ``R × V`` logits in the model dtype plus the sampler's own bytes per logit —
+  V0 ``sampler.py``: an fp32 copy, the sorted values and int64 indices, masks, probabilities,
+  cumulative sums and the scattered result (30 B); V1's native top-k/top-p
+  (``topk_topp_sampler.py``, v0.8.5 - v0.11.2): 26 B; v0.22's Triton top-k/top-p
+  (``topk_topp_triton.py``): 12 B plus a cached ``[min(next_pow2(min(SM, R)), SM), V]`` fp32
+  buffer; v0.34's sampler (``v1/worker/gpu/sample/sampler.py``): 4 B plus that buffer. The
+  v0.19 line keeps its fitted per-logit term (calibration ``vllm.sampler_bytes_per_logit``).
+  From v0.10.1 the forward's ``T × h`` output and two ``R × h`` copies stay alive meanwhile
+  (V0 keeps its hidden states too).
+
+A multimodal model (V1) first runs its encoder on dummy images and keeps the pixel values and
+the encoder outputs through both moments: ``items = max(1, min(budget // tokens_per_item,
+max_num_seqs × max(1, min(limit_per_prompt, max_model_len // tokens_per_item))))`` images at
+the tower's image size (``MultiModalBudget.get_max_items``; ``budget = max(T, tokens_per_item)``;
+v0.8.5 rounds up), pixels in fp32 as the image processor returns them, outputs
+``tokens_per_item × H`` each in the model dtype — expanded to ``budget`` rows each in
+v0.11.2 (``new_zeros(encoder_budget, hidden)``). The v0.19 line leaves the encoder out, as it
+was calibrated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from service.estimator.calibration import value
+from service.estimator.engines.moe_workspace import moe_buffers
+from service.estimator.engines.vllm_versions import VllmLine
+from service.estimator.forward import HIDDEN_TENSORS, ForwardCoefficients, dense_widths
+from service.estimator.gpu import GpuSpec
+from service.estimator.model import Architecture
+
+__all__ = ["ProfileRun", "encoder_items", "profile_peak", "sampler_buffer_rows"]
+
+# Multiprocessors assumed when the GPU's count is unknown (H100 SXM / H200: 132); it sizes
+# the Triton sampler's cached buffer, whose rows never exceed it.
+DEFAULT_MULTIPROCESSORS = 132
+# vLLM's default image limit per prompt when --limit-mm-per-prompt names none (999).
+DEFAULT_MM_LIMIT = 999
+# Formats whose linears quantize activations on the fly (W8A8 int8, fp8 on native-fp8 GPUs).
+_ACT_QUANT_KINDS = ("int8-channel", "fp8-tensor", "fp8-channel", "fp8-block")
+_FP8_NATIVE = (8, 9)
+
+# The sampler's bytes per logit beyond the model-dtype logits at its widest moment. For the
+# sort-based top-k/top-p (V0 and V1's native path) that is the sort itself: the fp32 copy (4),
+# the sorted values (4) and int64 indices (8), and what torch.sort allocates while it runs on
+# a [R, V] tensor of 128 rows or more: int64 source indices (8) and cub's alternate key and
+# value buffers (4 + 8) (pytorch/pytorch aten/src/ATen/native/cuda/SortStable.cu:
+# segmented_sort_pairs; the cub temporary size is cub's own) = 36, above the later
+# mask/softmax/scatter moment (V0 30, native 26).
+_SORT_TEMPORARIES = 20.0
+_SAMPLER_BYTES = {"v0": 16.0 + _SORT_TEMPORARIES, "native": 16.0 + _SORT_TEMPORARIES}
+_SAMPLER_BYTES |= {"triton": 12.0, "v2": 4.0}
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileRun:
+    """The profiling run's moments on one GPU (bytes)."""
+
+    forward: float
+    sampler: float
+    held: float  # encoder inputs/outputs and persistent workspaces alive through both
+    rows: int
+    notes: tuple[str, ...] = ()
+
+    @property
+    def peak(self) -> float:
+        return self.held + max(self.forward, self.sampler)
+
+
+def sampler_buffer_rows(rows: int, multiprocessors: int = DEFAULT_MULTIPROCESSORS) -> int:
+    """Rows of the Triton sampler's cached buffer: ``min(next_pow2(min(SM, R)), SM)``."""
+    sm = multiprocessors
+    m = min(sm, rows)
+    return min(1 << (m - 1).bit_length(), sm)
+
+
+def encoder_items(
+    tokens_per_item: int, budget_tokens: int, max_num_seqs: int, max_model_len: int, limit: int
+) -> int:
+    budget = max(budget_tokens, tokens_per_item)
+    per_prompt = max(1, min(limit, max_model_len // tokens_per_item))
+    return max(1, min(budget // tokens_per_item, max_num_seqs * per_prompt))
+
+
+def activation_quantized(kind: str, gpu: GpuSpec | None) -> bool:
+    """Whether linears of this weight format quantize their input at run time (fp8 below
+    compute capability 8.9 runs weight-only on Marlin)."""
+    if kind not in _ACT_QUANT_KINDS:
+        return False
+    if kind.startswith("fp8") and gpu is not None and gpu.compute_capability is not None:
+        return gpu.compute_capability >= _FP8_NATIVE
+    return True
+
+
+def _layer_moment(
+    arch: Architecture, c: ForwardCoefficients, line: VllmLine, tp: int, t: int, quant: bool
+) -> tuple[float, float]:
+    """(transient, persistent) bytes of the widest layer moment beyond the residual stream."""
+    d = c.dtype_bytes
+    attention, dense = dense_widths(arch, tp)
+    widest = max(attention, 0.0) * d * t
+    if dense:
+        i = arch.intermediate_size / tp
+        h = arch.hidden_size
+        if quant and arch.gated_mlp:
+            per = max(3 * i * d, 2 * i * d + h, i * d + i + 4 + h * d)
+        else:
+            per = dense * d
+        widest = max(widest, per * t)
+    moe = moe_buffers(arch, tp, t, d, line.moe, quantized_activations=quant)
+    return max(widest, moe.transient), moe.persistent
+
+
+def profile_peak(
+    arch: Architecture,
+    c: ForwardCoefficients,
+    line: VllmLine,
+    *,
+    tp: int,
+    tokens: int,
+    max_num_seqs: int,
+    max_model_len: int,
+    is_last: bool,
+    weight_kind: str,
+    gpu: GpuSpec | None,
+    mm_limit: int | None,
+) -> ProfileRun:
+    """The profiling run of one GPU of a stage under ``line``."""
+    t = tokens
+    rows = max_num_seqs if not line.v1 else min(max_num_seqs, t)
+    notes: list[str] = []
+    if line.sampler == "fitted":
+        # The calibrated line: the forward coefficient and the fitted sampler term as measured.
+        forward = c.per_token * t
+        persistent = 0.0
+        per_logit = c.dtype_bytes + value("vllm.sampler_bytes_per_logit")
+        buffer = 0.0
+    else:
+        quant = activation_quantized(weight_kind, gpu)
+        transient, persistent = _layer_moment(arch, c, line, tp, t, quant)
+        forward = c.dtype_bytes * HIDDEN_TENSORS * arch.hidden_size * t + transient
+        per_logit = c.dtype_bytes + _SAMPLER_BYTES[line.sampler]
+        buffer = 0.0
+        if line.sampler in ("triton", "v2"):
+            buffer = sampler_buffer_rows(rows) * c.vocab * 4
+    if not is_last:
+        return ProfileRun(forward + 2 * t * c.hidden_row, 0.0, persistent, rows, tuple(notes))
+    alive = (t + 2 * rows) * c.hidden_row if line.sampler_hidden else rows * c.hidden_row
+    sampler = rows * c.vocab * per_logit + buffer + alive
+    held = persistent
+    v = arch.vision
+    if v is not None and line.v1 and line.sampler != "fitted" and mm_limit != 0:
+        limit = DEFAULT_MM_LIMIT if mm_limit is None else mm_limit
+        tok = v.tokens_per_image
+        budget = max(t, tok)
+        if line.name == "0.8.5":
+            per_prompt = max(1, min(limit, -(-max_model_len // tok)))
+            items = max(1, min(-(-budget // tok), max_num_seqs * per_prompt))
+        else:
+            items = encoder_items(tok, t, max_num_seqs, max_model_len, limit)
+        pixels = items * v.num_channels * v.image_size**2 * 4
+        out_rows = budget if line.name == "0.11.2" else tok
+        outputs = items * out_rows * v.projector_out * c.dtype_bytes
+        held += pixels + outputs
+        notes.append(
+            f"vLLM profiles the vision encoder on {items} dummy images ({tok} tokens each) and "
+            f"keeps their pixels and outputs ({(pixels + outputs) / 2**30:.2f} GiB) through "
+            "the profiling run"
+        )
+    return ProfileRun(forward, sampler, held, rows, tuple(notes))

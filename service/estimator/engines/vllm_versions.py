@@ -1,0 +1,282 @@
+"""vLLM release lines whose memory accounting the estimator models, as data.
+
+Each :class:`VllmLine` is one accounting, read from one published vLLM wheel's Python sources
+(cited as the public repository vllm-project/vllm at the tag), and covers the releases from it
+up to the next line. ``engine_options.version`` names a release; :func:`line_for` maps it to the
+newest modelled line at or below it (an assumption line says so when it is not one of them).
+
+What differs between lines, field by field:
+
+- ``budget``: what the KV pool is carved from and what is charged inside it
+  (``vllm/worker/worker.py: determine_num_available_blocks`` in 0.6.4;
+  ``vllm/v1/worker/gpu_worker.py: determine_available_memory`` later):
+
+  - ``device``: ``total × util − (torch peak incl. weights + every byte on the device the
+    process's allocator does not hold)``: the CUDA context, NCCL and library workspaces are
+    inside (0.6.4; the V1 worker of 0.8.5 kept this formula).
+  - ``profiled``: ``total × util − weights − activation peak − non-torch increase`` since a
+    snapshot taken after the CUDA context exists and before the communicators are built, so
+    NCCL's and custom all-reduce's init-time buffers are inside (0.8.5's V0 worker, the
+    default engine of 0.6.5–0.7; 0.10.1).
+  - ``comm_outside``: as ``profiled`` but the snapshot follows the distributed init, so only
+    what NCCL allocates lazily during the profiling run is inside (0.11.2 onwards:
+    "Initialize the distributed environment BEFORE taking memory snapshot").
+  - ``extensible``: 0.34's extensible KV cache: the pool is what is free after warm-up and
+    CUDA-graph capture, less the profiled transient peak ``P`` and a margin of
+    ``max(1 GiB, 0.75·P)`` (``vllm/v1/worker/extensible_kv_cache.py: measure_kv_cache_bytes``).
+- ``graphs_in_budget``: CUDA-graph memory is estimated before the pool is sized and subtracted
+  from it (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``, default since 0.21; 0.22.0's
+  ``gpu_model_runner.profile_cudagraph_memory``); before, the graphs are captured after the KV
+  cache is allocated, in the margin the budget leaves.
+- defaults: ``gpu_memory_utilization`` (0.9; 0.92 from 0.22, ``config/cache.py``; 1.0 with
+  0.34's extensible cache), ``block_size`` (16; 64 in 0.34), the scheduler's batch defaults
+  (``batch``: ``v0`` = 256 sequences and ``max(max_model_len, 2048)`` tokens unless chunked
+  prefill, which V0 turns on above 32768 tokens; ``v1`` tiers of ``EngineArgs``).
+- the profiling run: ``sampler`` (bytes per logit of the dummy sampler run and the cached
+  Triton buffer), ``sampler_hidden`` (whether the forward's ``tokens × h`` output stays alive
+  through the sampler run: 0.10.1 onwards), ``moe`` (the fused-MoE buffers,
+  :mod:`.moe_workspace`).
+- ``kv_cache_memory_hint``: the start-up log offers a ``--kv-cache-memory`` value (from
+  0.11.2; at DEBUG level until 0.34, which logs it at INFO).
+- ``max_len``: the derived ``max_model_len`` rules that changed (a config's
+  ``model_max_length`` replaces the derived length from 0.8.5; a longrope model defaults to its
+  original context from 0.11.2; yarn no longer scales in 0.34).
+- ``mxfp4``: the kernel gpt-oss's experts take on Hopper (:mod:`.mxfp4_storage`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from service.estimator.errors import InvalidRequest
+
+__all__ = ["LINES", "NEWEST", "VllmLine", "line_for", "parse_version"]
+
+Budget = Literal["device", "profiled", "comm_outside", "extensible"]
+Batch = Literal["v0", "v1-0.8", "v1", "v1-0.34"]
+Sampler = Literal["v0", "native", "fitted", "triton", "v2"]
+Moe = Literal["separate", "shared", "shared+out", "workspace"]
+
+
+@dataclass(frozen=True, slots=True)
+class VllmLine:
+    """One modelled vLLM accounting (module docstring: what each field means)."""
+
+    name: str
+    releases: str
+    source: str
+    v1: bool
+    budget: Budget
+    gpu_memory_utilization: float
+    block_size: int
+    batch: Batch
+    sampler: Sampler
+    sampler_hidden: bool
+    moe: Moe
+    graphs_in_budget: bool = False
+    kv_cache_memory_hint: bool = False
+    model_max_length_overrides: bool = True
+    longrope_original: bool = True
+    yarn_scales: bool = True
+    fp32_to_fp16: bool = False  # --dtype auto: float32 checkpoints run in fp16 (<= 0.8.5)
+    mxfp4_hopper: Literal["marlin", "triton"] = "triton"
+    notes: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> tuple[int, ...]:
+        return parse_version(self.name)
+
+
+LINES: tuple[VllmLine, ...] = (
+    VllmLine(
+        "0.6.4",
+        "0.6.0 – 0.6.4",
+        "vllm/worker/worker.py, vllm/worker/model_runner.py, vllm/model_executor/layers/"
+        "sampler.py, vllm/model_executor/layers/fused_moe/fused_moe.py (v0.6.4)",
+        v1=False,
+        budget="device",
+        gpu_memory_utilization=0.9,
+        block_size=16,
+        batch="v0",
+        sampler="v0",
+        sampler_hidden=False,
+        moe="separate",
+        model_max_length_overrides=False,
+        longrope_original=False,
+        fp32_to_fp16=True,
+        mxfp4_hopper="marlin",
+        notes=(
+            "V0 engine: the profiling run is one max_num_batched_tokens batch (the whole "
+            "max_model_len unless chunked prefill, which V0 enables above 32768 tokens); the "
+            "CUDA context and everything else on the device count inside the budget",
+        ),
+    ),
+    VllmLine(
+        "0.6.5",
+        "0.6.5 – 0.7.x (V0, the default engine), and V0 in 0.8.x",
+        "vllm/worker/worker.py and vllm/utils.py: memory_profiling (v0.8.5, its V0 worker)",
+        v1=False,
+        budget="profiled",
+        gpu_memory_utilization=0.9,
+        block_size=16,
+        batch="v0",
+        sampler="v0",
+        sampler_hidden=False,
+        moe="shared",
+        longrope_original=False,
+        fp32_to_fp16=True,
+        mxfp4_hopper="marlin",
+        notes=(
+            "V0 engine with memory profiling: the profiling run is one max_num_batched_tokens "
+            "batch (the whole max_model_len unless chunked prefill); the CUDA context lies "
+            "outside the budget, NCCL's buffers inside",
+        ),
+    ),
+    VllmLine(
+        "0.8.5",
+        "0.8.0 – 0.9.x (V1 the default engine)",
+        "vllm/v1/worker/gpu_worker.py, vllm/engine/arg_utils.py, vllm/v1/sample/ops/"
+        "topk_topp_sampler.py (v0.8.5)",
+        v1=True,
+        budget="device",
+        gpu_memory_utilization=0.9,
+        block_size=16,
+        batch="v1-0.8",
+        sampler="native",
+        sampler_hidden=False,
+        moe="shared",
+        longrope_original=False,
+        fp32_to_fp16=True,
+        mxfp4_hopper="marlin",
+        notes=(
+            "V1's first worker sized the pool from the device's used memory: the CUDA context "
+            "and NCCL count inside the budget",
+        ),
+    ),
+    VllmLine(
+        "0.10.1",
+        "0.10.x",
+        "vllm/v1/worker/gpu_worker.py, vllm/utils/__init__.py: memory_profiling, "
+        "vllm/engine/arg_utils.py (v0.10.1)",
+        v1=True,
+        budget="profiled",
+        gpu_memory_utilization=0.9,
+        block_size=16,
+        batch="v1",
+        sampler="native",
+        sampler_hidden=True,
+        moe="shared",
+        longrope_original=False,
+        mxfp4_hopper="marlin",
+    ),
+    VllmLine(
+        "0.11.2",
+        "0.11.0 – 0.18.x",
+        "vllm/v1/worker/gpu_worker.py, vllm/v1/worker/gpu_model_runner.py, "
+        "vllm/model_executor/layers/fused_moe/fused_moe.py (v0.11.2)",
+        v1=True,
+        budget="comm_outside",
+        gpu_memory_utilization=0.9,
+        block_size=16,
+        batch="v1",
+        sampler="native",
+        sampler_hidden=True,
+        moe="shared+out",
+        kv_cache_memory_hint=True,
+        mxfp4_hopper="marlin",
+        notes=(
+            "mxfp4 on Hopper: Marlin, as a plain `pip install vllm` of this line runs it (the "
+            "wheel does not ship triton_kernels)",
+        ),
+    ),
+    VllmLine(
+        "0.19",
+        "0.19.x – 0.20.x (the line shared/validation was measured on)",
+        "calibrated on vLLM v0.19 start-up figures on H100 (shared/validation); code "
+        "mechanisms as 0.11.2 with the sampler term fitted",
+        v1=True,
+        budget="comm_outside",
+        gpu_memory_utilization=0.9,
+        block_size=16,
+        batch="v1",
+        sampler="fitted",
+        sampler_hidden=True,
+        moe="shared",
+        kv_cache_memory_hint=True,
+    ),
+    VllmLine(
+        "0.22",
+        "0.21.x – 0.33.x",
+        "vllm/v1/worker/gpu_worker.py, vllm/v1/worker/gpu_model_runner.py: "
+        "profile_cudagraph_memory, vllm/v1/worker/workspace.py, vllm/config/cache.py (v0.22.0)",
+        v1=True,
+        budget="comm_outside",
+        gpu_memory_utilization=0.92,
+        block_size=16,
+        batch="v1",
+        sampler="triton",
+        sampler_hidden=True,
+        moe="workspace",
+        graphs_in_budget=True,
+        kv_cache_memory_hint=True,
+        notes=("CUDA-graph memory is estimated before the KV cache is sized and charged to it",),
+    ),
+    VllmLine(
+        "0.34",
+        "0.34.x and later",
+        "vllm/v1/worker/extensible_kv_cache.py, vllm/config/vllm.py, vllm/config/cache.py, "
+        "vllm/v1/worker/gpu/sample/sampler.py (v0.34.0)",
+        v1=True,
+        budget="extensible",
+        gpu_memory_utilization=1.0,
+        block_size=64,
+        batch="v1-0.34",
+        sampler="v2",
+        sampler_hidden=True,
+        moe="workspace",
+        graphs_in_budget=True,
+        kv_cache_memory_hint=True,
+        yarn_scales=False,
+        notes=(
+            "extensible KV cache: the pool is the memory free after warm-up and CUDA-graph "
+            "capture, less the profiled peak and a margin of max(1 GiB, 0.75 × peak)",
+        ),
+    ),
+)
+
+NEWEST: VllmLine = LINES[-1]
+_BY_NAME = {line.name: line for line in LINES}
+_VERSION = re.compile(r"^v?(\d{1,3})\.(\d{1,4})(?:\.(\d{1,4}))?(?:[.+-]?[0-9A-Za-z.+-]{0,60})?$")
+
+
+def parse_version(text: str) -> tuple[int, ...]:
+    """(major, minor, patch) of a release string such as ``0.10.1.1``, ``v0.19.0`` or
+    ``0.8.5.post1``; ValueError if it names no release."""
+    m = _VERSION.match(text.strip())
+    if m is None:
+        raise ValueError(text)
+    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+
+
+def line_for(version: str) -> tuple[VllmLine, str | None]:
+    """The modelled line for ``version``, and an assumption line when it is not one of them
+    (the newest line at or below it; the oldest for a release before every line)."""
+    if version in _BY_NAME:
+        return _BY_NAME[version], None
+    try:
+        key = parse_version(version)
+    except ValueError:
+        raise InvalidRequest(
+            f"version {version[:40]!r} is not a vLLM release; give one such as "
+            f"{', '.join(line.name for line in LINES[-3:])} (modelled lines: "
+            f"{', '.join(line.name for line in LINES)})",
+            field="engine_options.version",
+        ) from None
+    below = [line for line in LINES if line.key <= key]
+    line = below[-1] if below else LINES[0]
+    if line.key == key:
+        return line, None
+    why = "the nearest modelled line at or below it" if below else "the oldest modelled line"
+    return line, (f"vLLM {version} is modelled by the {line.name} line ({line.releases}), {why}")

@@ -1,0 +1,226 @@
+"""vLLM release lines: version mapping, per-line defaults and budgets, and the mechanisms that
+differ between lines (fused-MoE buffers, mxfp4 kernel storage, the profiling run's sampler).
+
+Expected values are hand calculations from the shapes in the models' config.json files and
+the buffer shapes in vLLM's sources (vllm-project/vllm at the tags named), written out here.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from service.estimator.engines.moe_workspace import moe_buffers
+from service.estimator.engines.mxfp4_storage import default_backend, mxfp4_extra_bytes
+from service.estimator.engines.vllm_profile import encoder_items, sampler_buffer_rows
+from service.estimator.engines.vllm_versions import LINES, NEWEST, line_for
+from service.estimator.errors import InvalidRequest
+from service.estimator.gpu import GpuSpec
+from service.estimator.inference import InferenceRequest, estimate_inference
+from service.estimator.inference.request import setup_for
+from tests.estimator.conftest import LLAMA_8B, catalog_architecture
+
+GIB = 2**30
+MIB = 2**20
+H100 = GpuSpec("h100", "NVIDIA H100 SXM 80GB", round(79.19 * GIB), (9, 0), vendor="nvidia")
+A100 = GpuSpec("a100", "NVIDIA A100 SXM4 80GB", round(79.15 * GIB), (8, 0), vendor="nvidia")
+
+
+@pytest.mark.parametrize(
+    ("given", "line", "mapped"),
+    [
+        ("0.19.0", "0.19", False),
+        ("0.10.1.1", "0.10.1", False),  # a post release of a modelled one
+        ("v0.8.5", "0.8.5", False),
+        ("0.9.1", "0.8.5", True),
+        ("0.15.2rc1.dev93+g11a4c9d30", "0.11.2", True),
+        ("0.2.5", "0.6.4", True),  # before every line: the oldest, said so
+        ("1.2.0", NEWEST.name, True),
+    ],
+)
+def test_release_maps_to_the_line_at_or_below(given: str, line: str, mapped: bool) -> None:
+    got, note = line_for(given)
+    assert got.name == line
+    assert (note is not None) == mapped
+    if note:
+        assert given in note and line in note
+
+
+def test_lines_are_ordered_and_the_default_is_the_newest() -> None:
+    keys = [line.key for line in LINES]
+    assert keys == sorted(keys) and len(set(keys)) == len(keys)
+    req = InferenceRequest(catalog_architecture(LLAMA_8B), engine="vllm")
+    assert req.settings()["version"] == NEWEST.name
+
+
+@pytest.mark.parametrize("bad", ["latest", "", "0.x", "9" * 80])
+def test_unparseable_version_is_a_422_naming_the_field(bad: str) -> None:
+    req = InferenceRequest(
+        catalog_architecture(LLAMA_8B), engine="vllm", engine_options={"version": bad}
+    )
+    with pytest.raises(InvalidRequest) as e:
+        req.settings()
+    assert e.value.field == "engine_options.version"
+
+
+def _settings(version: str, **kw: object) -> dict[str, object]:
+    req = InferenceRequest(
+        catalog_architecture(LLAMA_8B),
+        engine="vllm",
+        engine_options={"version": version, **kw},
+        gpu_memory_bytes=H100.total_bytes,
+        gpu=H100,
+    )
+    return req.settings().as_dict()
+
+
+def test_defaults_per_line() -> None:
+    # gpu_memory_utilization: 0.9 (<= 0.19), 0.92 (config/cache.py v0.22.0), 1.0 with v0.34's
+    # extensible KV cache; block size 16, then DEFAULT_BLOCK_SIZE = 64 in v0.34.0.
+    assert _settings("0.19")["gpu_memory_utilization"] == 0.9
+    assert _settings("0.22.0")["gpu_memory_utilization"] == 0.92
+    s = _settings("0.34.0")
+    assert (s["gpu_memory_utilization"], s["block_size"]) == (1.0, 64)
+    # V0 profiles the whole max_model_len in 256 sequences; above 32768 chunked prefill takes
+    # 512 tokens (v0.6.4) per step.
+    v0 = _settings("0.6.4", max_model_len=20000)
+    assert (v0["max_num_batched_tokens"], v0["max_num_seqs"]) == (20000, 256)
+    assert _settings("0.6.4", max_model_len=35000)["max_num_batched_tokens"] == 512
+    # V1 on an H100 (>= 70 GiB, not an A100): 8192 tokens, 1024 sequences.
+    v1 = _settings("0.10.1")
+    assert (v1["max_num_batched_tokens"], v1["max_num_seqs"]) == (8192, 1024)
+
+
+def test_a100_takes_the_small_tier_from_0_10() -> None:
+    def tier(version: str) -> tuple[object, object]:
+        req = InferenceRequest(
+            catalog_architecture(LLAMA_8B),
+            engine="vllm",
+            engine_options={"version": version},
+            gpu_memory_bytes=A100.total_bytes,
+            gpu=A100,
+        )
+        s = req.settings()
+        return s["max_num_batched_tokens"], s["max_num_seqs"]
+
+    assert tier("0.8.5") == (8192, 1024)  # no A100 exclusion yet
+    assert tier("0.10.1") == (2048, 256)
+
+
+def _setup(version: str):  # type: ignore[no-untyped-def]
+    req = InferenceRequest(
+        catalog_architecture(LLAMA_8B),
+        engine="vllm",
+        engine_options={"version": version, "max_model_len": 8192},
+        gpu_memory_bytes=H100.total_bytes,
+        gpu=H100,
+    )
+    return setup_for(req)
+
+
+def test_what_each_budget_charges() -> None:
+    # 0.6.4 charges the CUDA context inside its budget; 0.19 leaves it and the graphs outside;
+    # 0.22 estimates the CUDA graphs before sizing the pool and charges them.
+    old, mid, new = _setup("0.6.4"), _setup("0.19"), _setup("0.22")
+    assert old.overhead.cuda_context > 0 and old.outside_budget.cuda_context == 0
+    assert mid.overhead.cuda_context == 0 and mid.outside_budget.cuda_graphs > 0
+    assert new.overhead.cuda_graphs == mid.outside_budget.cuda_graphs
+    assert new.outside_budget.cuda_graphs == 0
+
+
+def test_moe_buffers_per_line_qwen3_30b_a3b() -> None:
+    # Qwen3-30B-A3B: H 2048, moe_intermediate 768, 128 experts, top-8; TP 1, 8192 tokens, bf16.
+    arch = catalog_architecture("Qwen/Qwen3-30B-A3B")
+    m, k, h, i, e = 8192, 8, 2048, 768, 128
+    router = m * e * 2 + m * k * 8
+    shared = moe_buffers(arch, 1, m, 2, "shared")
+    assert shared.transient - router == m * k * 2 * (max(2 * i, h) + i) == 352 * MIB
+    out = moe_buffers(arch, 1, m, 2, "shared+out")
+    assert out.transient - router == 384 * MIB
+    ws = moe_buffers(arch, 1, m, 2, "workspace")
+    # common max(M·k·max(I, H), M·H) + workspace2 M·k·max(2I, H), both kept; output M·H.
+    assert ws.persistent == 512 * MIB and ws.transient - router == 32 * MIB
+    # v0.6.4's three caches: M·k·(2I + I + H).
+    assert moe_buffers(arch, 1, m, 2, "separate").transient - router == m * k * 2 * (3 * i + h)
+    # Up to v0.11.2 the fused path works in chunks of 32768 tokens.
+    big = moe_buffers(arch, 1, 65536, 2, "shared").transient - (65536 * e * 2 + 65536 * k * 8)
+    assert big == 32768 * k * 2 * (max(2 * i, h) + i)
+
+
+@pytest.mark.parametrize(
+    ("tp", "backend", "stored"),
+    [
+        # E 32, H = I = 2880, 24 layers (gpt-oss-20b). Marlin: Ip = ru(I/TP, 128), Hp = 3072;
+        # values E·3·Ip·Hp/2, scales E·3·Ip·Hp/32, bf16 biases 2·E·(2Ip + Hp).
+        (1, "marlin", 11_083_579_392),
+        (2, "marlin", 5_784_993_792),
+        # Triton on Hopper: Ip = ru(I/TP, 64); both scale copies (original + swizzled, rows
+        # padded to 256, K/32 to 2); fp32 biases.
+        (1, "triton", 10_798_202_880),
+        (2, "triton", 5_527_732_224),
+        (4, "triton", 2_883_649_536),
+    ],
+)
+def test_mxfp4_storage_per_kernel(tp: int, backend: str, stored: int) -> None:
+    arch = catalog_architecture("openai/gpt-oss-20b")
+    i = 2880 // tp
+    checkpoint = 24 * (32 * 3 * i * 2880 * 17 // 32 + 2 * 32 * (2 * i + 2880))
+    assert mxfp4_extra_bytes(arch, tp, 24, backend) == stored - checkpoint
+
+
+def test_mxfp4_backend_follows_the_gpu() -> None:
+    assert default_backend(A100, "triton") == "marlin"
+    assert default_backend(H100, "triton") == "triton"
+    assert default_backend(H100, "marlin") == "marlin"
+    b200 = GpuSpec("b200", "NVIDIA B200", 178 * GIB, (10, 0))
+    assert default_backend(b200, "triton") == "flashinfer"
+
+
+def test_gpt_oss_weights_grow_with_the_kernel_layout() -> None:
+    def weights(version: str, gpu: GpuSpec) -> int:
+        req = InferenceRequest(
+            catalog_architecture("openai/gpt-oss-20b"),
+            engine="vllm",
+            engine_options={"version": version, "max_model_len": 8192},
+            gpu_memory_bytes=gpu.total_bytes,
+            gpu=gpu,
+        )
+        return setup_for(req).stages[0].weights
+
+    arch = catalog_architecture("openai/gpt-oss-20b")
+    marlin = mxfp4_extra_bytes(arch, 1, 24, "marlin")
+    triton = mxfp4_extra_bytes(arch, 1, 24, "triton")
+    assert weights("0.22", A100) - weights("0.22", H100) == marlin - triton
+
+
+def test_sampler_buffer_rows() -> None:
+    # min(next_pow2(min(SM, R)), SM) with 132 multiprocessors.
+    assert sampler_buffer_rows(1024) == 132
+    assert sampler_buffer_rows(100) == 128
+    assert sampler_buffer_rows(64) == 64
+
+
+def test_encoder_items() -> None:
+    # Gemma 3: 256 tokens per image, 8192-token budget, 1024 sequences, 8192 max_model_len,
+    # vLLM's default limit 999: min(8192 // 256, 1024 × min(999, 32)) = 32 images.
+    assert encoder_items(256, 8192, 1024, 8192, 999) == 32
+    assert encoder_items(3080, 8192, 1024, 131072, 1) == 2
+
+
+def test_capacity_differs_by_line_with_the_same_flags() -> None:
+    def pool(version: str) -> int:
+        req = InferenceRequest(
+            catalog_architecture(LLAMA_8B),
+            engine="vllm",
+            sequence_length=8192,
+            engine_options={"version": version, "max_model_len": 8192},
+            gpu_memory_bytes=H100.total_bytes,
+            gpu=H100,
+        )
+        cap = estimate_inference(req).capacity
+        assert cap is not None
+        return cap.kv_cache_pool_bytes
+
+    pools = {line.name: pool(line.name) for line in LINES}
+    # 0.22 charges ~1 GiB of graphs and gives 0.92 of the GPU instead of 0.9 (+1.58 GiB).
+    assert pools["0.22"] - pools["0.19"] == pytest.approx(0.02 * H100.total_bytes, abs=1.5 * GIB)
+    assert pools["0.34"] > pools["0.22"]  # the whole GPU, less the margins

@@ -1,0 +1,68 @@
+"""Held-out bounds: the vLLM estimate against public start-up logs (bench/validate/public_logs.py).
+
+No constant of the estimator was fitted on these rows. The bounds are the figures reached (the
+issue's targets are met for weights and KV bytes per token, not for the pool and concurrency:
+docs/inference.md says why), so a change that moves them is seen.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+from bench.validate import public_logs as p
+
+
+@pytest.fixture(scope="module")
+def evaluated() -> tuple[list[p.Case], list[p.Verdict], list[p.Excluded]]:
+    return p.evaluate()
+
+
+def _mae(cases: list[p.Case], component: str) -> tuple[int, float, float]:
+    errs = [abs(c.error) for c in cases if c.component == component]
+    return len(errs), statistics.fmean(errs), max(errs)
+
+
+def test_every_row_is_scored_or_has_a_reason(
+    evaluated: tuple[list[p.Case], list[p.Verdict], list[p.Excluded]],
+) -> None:
+    cases, verdicts, excluded = evaluated
+    scored = {c.row for c in cases} | {v.row for v in verdicts}
+    assert len(scored) >= 22
+    assert all(e.reason for e in excluded)
+    assert len(scored) + len({e.row for e in excluded}) == len(p.rows())
+
+
+def test_weights_and_kv_bytes_per_token_within_1_percent(
+    evaluated: tuple[list[p.Case], list[p.Verdict], list[p.Excluded]],
+) -> None:
+    cases = evaluated[0]
+    n, mae, worst = _mae(cases, "weights")
+    assert n >= 20 and mae <= 0.01 and worst <= 0.02
+    n, mae, worst = _mae(cases, "kv_bytes_per_token")
+    assert n >= 1 and worst <= 0.01
+
+
+@pytest.mark.parametrize(
+    ("component", "mean_bound", "worst_bound"),
+    [("kv_pool", 0.09, 0.23), ("kv_tokens", 0.14, 0.45), ("max_concurrency", 0.14, 0.45)],
+)
+def test_pool_and_concurrency_reached(
+    evaluated: tuple[list[p.Case], list[p.Verdict], list[p.Excluded]],
+    component: str,
+    mean_bound: float,
+    worst_bound: float,
+) -> None:
+    n, mae, worst = _mae(evaluated[0], component)
+    assert n >= 10
+    assert mae <= mean_bound and worst <= worst_bound, (mae, worst)
+
+
+def test_start_or_refuse_verdicts(
+    evaluated: tuple[list[p.Case], list[p.Verdict], list[p.Excluded]],
+) -> None:
+    verdicts = evaluated[1]
+    assert len(verdicts) >= 17
+    assert sum(not v.agrees for v in verdicts) <= 1
+    assert {v.printed for v in verdicts} == {"started", "refused"}
