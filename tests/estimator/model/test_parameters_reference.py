@@ -80,7 +80,10 @@ def _hf_config(config: dict[str, Any]) -> Any:
         if "tie_word_embeddings" in cfg:
             inner.setdefault("tie_word_embeddings", cfg["tie_word_embeddings"])
         cfg = inner
-    model_type = cfg.pop("model_type")
+    # The type the estimator resolved: a config whose model_type transformers does not know
+    # (Kimi-K2's kimi_k2) is built as the class its architectures names.
+    model_type = read_config(cfg).model_type
+    cfg.pop("model_type")
     return transformers.AutoConfig.for_model(model_type, **cfg)
 
 
@@ -436,6 +439,10 @@ def _build_wrapper(config: dict[str, Any]) -> nn.Module:
     cfg = copy.deepcopy(config)
     cfg.pop("quantization_config", None)
     model_type = cfg.pop("model_type")
+    # transformers 5 ties a wrapper's lm_head by the top-level flag (Mistral3Config defaults it
+    # to true) but un-ties it at load when the checkpoint stores both matrices; on the meta
+    # device only the flag speaks, so give it the language model's own (False for mistral).
+    cfg.setdefault("tie_word_embeddings", read_config(config).tie_word_embeddings)
     hf_config = transformers.AutoConfig.for_model(model_type, **cfg)
     with torch.device("meta"):
         return getattr(transformers, _WRAPPER_CLASSES[model_type])(hf_config)
