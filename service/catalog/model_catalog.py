@@ -28,7 +28,13 @@ from types import MappingProxyType
 from typing import Any
 
 from service.estimator.errors import EstimatorError, NotFound
-from service.estimator.model import Architecture, ParameterCounts, count_parameters, read_config
+from service.estimator.model import (
+    SUPPORTED_MODEL_TYPES,
+    Architecture,
+    ParameterCounts,
+    count_parameters,
+    read_config,
+)
 
 __all__ = ["CatalogError", "ModelCatalog", "ModelEntry", "load_model_catalog"]
 
@@ -103,7 +109,11 @@ class ModelCatalog:
         names = {name.lower(): name for e in self._entries for name in e.names}
         close = difflib.get_close_matches(model_id.lower(), list(names), n=3, cutoff=0.6)
         hint = f"; did you mean {', '.join(names[c] for c in close)}?" if close else ""
-        raise NotFound(f"model {model_id!r} is not in the catalog{hint}", field="model")
+        raise NotFound(
+            f"model {model_id!r} is not in the catalog{hint}; post its config.json as hf_config, "
+            "or put the model in the model store (LLMMEM_MODEL_DIRS)",
+            field="model",
+        )
 
     def all(self) -> tuple[ModelEntry, ...]:
         return self._entries
@@ -233,6 +243,12 @@ def _entries(raws: Mapping[str, _Raw]) -> list[ModelEntry]:
                 arch = read_config(config)
             except EstimatorError as exc:
                 raise CatalogError(f"{raw.where}: {exc.detail}") from exc
+            if arch.model_type not in SUPPORTED_MODEL_TYPES:
+                # A record names its family; the generic-decoder reading is for posted configs.
+                raise CatalogError(
+                    f"{raw.where}: model_type {arch.model_type!r} is not a supported family (nor "
+                    "do its architectures name one)"
+                )
             built[shape] = (arch, count_parameters(arch), MappingProxyType(config))
         arch, counts, frozen = built[shape]
         dtype = record.get("dtype", arch.dtype)

@@ -15,6 +15,14 @@ How many tokens a layer holds:
 - transformers' DynamicCache keeps every token for full-attention layers; a sliding layer keeps the
   window once decoding has started, but right after the prefill it still holds the prompt's
   full-length storage (the window is a view), so it is charged ``max(prompt, min(total, window))``.
+  A chunked-attention layer (Llama 4's RoPE layers) is cached as a sliding layer whose window is
+  ``attention_chunk_size`` (``DYNAMIC_LAYER_TYPE_MAPPING`` in ``transformers/cache_utils.py``).
+- a linear-attention layer (Qwen3-Next's Gated DeltaNet) holds no per-token keys and values but a
+  per-sequence state: a conv state of the last taps of its q/k/v channels and a recurrent state of
+  ``key_head_dim × value_head_dim`` per value head, both split by TP. transformers'
+  ``LinearAttentionLayer`` keeps ``conv_kernel`` taps in the model dtype and the recurrent state in
+  float32 (its delta-rule kernels return it so); vLLM's ``MambaSpec`` keeps ``conv_kernel - 1``
+  taps and both states in the model dtype (``gated_delta_net_state_shape``).
 - how a paged engine lays its pool out (vLLM's KV-cache groups and blocks) is the engine's own
   (``service/estimator/engines/vllm_kv.py``).
 """
@@ -25,7 +33,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from service.estimator.model import SLIDING_ATTENTION, Architecture
+from service.estimator.model.shapes import CHUNKED_ATTENTION, LINEAR_ATTENTION, LinearAttentionSpec
 from service.estimator.parallel import pp_layer_partition
+from service.estimator.units import bytes_per_element
 
 __all__ = ["KvLayout", "kv_heads_per_gpu", "per_layer_token_bytes", "stage_kv_layouts"]
 
@@ -57,10 +67,33 @@ class KvLayout:
     sliding_layers: int  # sliding-window layers on the stage
     window: int | None
     latent: bool  # MLA latent cache (vLLM, SGLang, transformers 5)
+    chunked_layers: int = 0  # chunked-attention layers on the stage
+    chunk: int | None = None  # attention_chunk_size
+    linear_layers: int = 0  # linear-attention layers on the stage (per-sequence state)
+    linear: LinearAttentionSpec | None = None
+    tp: int = 1
+    state_dtype_bytes: float = 2.0  # the model dtype, which linear-attention states keep
 
     @property
     def layers(self) -> int:
-        return self.full_layers + self.sliding_layers
+        """Layers that hold per-token keys and values."""
+        return self.full_layers + self.sliding_layers + self.chunked_layers
+
+    def state_bytes(self, conv_taps: int, recurrent_dtype_bytes: float) -> int:
+        """One sequence's state in one linear-attention layer on one GPU."""
+        if self.linear is None:
+            return 0
+        conv = self.linear.conv_state_elements(self.tp, conv_taps) * self.state_dtype_bytes
+        recurrent = self.linear.recurrent_state_elements(self.tp) * recurrent_dtype_bytes
+        return int(conv + recurrent)
+
+    @property
+    def sequence_state_bytes(self) -> int:
+        """One sequence's linear-attention state on the stage, as transformers caches it:
+        ``conv_kernel`` taps in the model dtype and a float32 recurrent state."""
+        if self.linear is None:
+            return 0
+        return self.linear_layers * self.state_bytes(self.linear.conv_kernel, 4)
 
     @property
     def full_token_bytes(self) -> int:
@@ -69,15 +102,20 @@ class KvLayout:
 
     def prefill_bytes(self, prompt_tokens: int) -> int:
         """One sequence's DynamicCache right after the prefill: every layer holds the prompt."""
-        return self.layers * prompt_tokens * self.layer_token_bytes
+        kv = self.layers * prompt_tokens * self.layer_token_bytes
+        return kv + self.sequence_state_bytes
 
     def decode_bytes(self, total_tokens: int) -> int:
-        """One sequence's DynamicCache at `total_tokens`: sliding layers keep their window."""
+        """One sequence's DynamicCache at `total_tokens`: sliding layers keep their window,
+        chunked layers their chunk, linear-attention layers their state."""
         sliding = 0
         if self.sliding_layers:
             w = self.window or total_tokens
             sliding = self.sliding_layers * min(total_tokens, w)
-        return (self.full_layers * total_tokens + sliding) * self.layer_token_bytes
+        if self.chunked_layers:
+            sliding += self.chunked_layers * min(total_tokens, self.chunk or total_tokens)
+        kv = (self.full_layers * total_tokens + sliding) * self.layer_token_bytes
+        return kv + self.sequence_state_bytes
 
 
 @lru_cache(maxsize=1024)
@@ -92,13 +130,21 @@ def stage_kv_layouts(
         types = arch.layer_types[start : start + n]
         start += n
         sliding = sum(1 for t in types if t == SLIDING_ATTENTION)
+        chunked = sum(1 for t in types if t == CHUNKED_ATTENTION)
+        linear = sum(1 for t in types if t == LINEAR_ATTENTION)
         out.append(
             KvLayout(
                 layer_token_bytes=ltb,
-                full_layers=n - sliding,
+                full_layers=n - sliding - chunked - linear,
                 sliding_layers=sliding,
                 window=arch.sliding_window if sliding else None,
                 latent=arch.mla is not None and latent_mla,
+                chunked_layers=chunked,
+                chunk=arch.attention_chunk_size if chunked else None,
+                linear_layers=linear,
+                linear=arch.linear_attention if linear else None,
+                tp=tp,
+                state_dtype_bytes=bytes_per_element(arch.dtype),
             )
         )
     return tuple(out)

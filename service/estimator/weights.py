@@ -126,7 +126,7 @@ def _vision_bytes(arch: Architecture, tp: int, dtype: str, vocab_padding: int) -
     total = 0
     for m in arch.vision_modules:
         fan_in, fan_out = shard_shape(m, arch, tp)
-        total += int((fan_in * fan_out + fan_out) * size) * m.count
+        total += int((fan_in * fan_out + (fan_out if m.bias else 0)) * size) * m.count
     for g in arch.vision_parameter_groups:
         if g.vocab_rows:
             rows = _vocab_rows(g.vocab_rows, tp, vocab_padding)

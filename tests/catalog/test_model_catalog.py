@@ -409,9 +409,19 @@ def _transformers_total(config: dict[str, Any]) -> int:
     import torch
     import transformers
 
+    from service.estimator.model import read_config
+
     cfg = json.loads(json.dumps(config))
     cfg.pop("quantization_config", None)
-    model_type = cfg.pop("model_type")
+    arch = read_config(config)
+    # The type the estimator resolved (Kimi-K2's kimi_k2 is built as DeepseekV3ForCausalLM).
+    model_type = arch.wrapper_model_type or arch.model_type
+    cfg.pop("model_type")
+    if "vision_config" in cfg:
+        # transformers 5 ties a wrapper's lm_head by its top-level flag (Mistral3Config: true)
+        # and un-ties it at load when the checkpoint stores both; on the meta device the flag
+        # alone decides, so it gets the language model's own.
+        cfg.setdefault("tie_word_embeddings", arch.tie_word_embeddings)
     with torch.device("meta"):
         hf = transformers.AutoConfig.for_model(model_type, **cfg)
         if "vision_config" in cfg:

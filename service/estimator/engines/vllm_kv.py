@@ -7,6 +7,13 @@ equal size (the smaller type's layer count, or the larger's when within 1.25x) a
 padded to that size: Gemma-3-27B's 10 full + 52 sliding layers become 7 groups of 10 slots. The
 pool is shared page by page by one layer of every group, so a token costs
 ``groups × group_size`` layer slots (``vllm/v1/core/kv_cache_utils.py``).
+
+Chunked-local attention (Llama 4) is pooled as full attention: vLLM turns its hybrid manager
+off for it unless ``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE`` is set (``VllmConfig``,
+0.10 to 0.34). Linear-attention layers (Qwen3-Next) are ``MambaSpec`` groups: vLLM raises the
+attention block size to the smallest multiple of 16 tokens whose page holds one layer's state
+(``HybridAttentionMambaModelConfig``), pads the state page to it, and a request takes one block
+in every state group whatever its length.
 """
 
 from __future__ import annotations
@@ -29,10 +36,11 @@ class VllmKvGroups:
     page_bytes: int  # one block of one layer
     block_size: int
     window: int | None
+    state_groups: int = 0  # linear-attention (MambaSpec) groups: one block per request
 
     @property
     def groups(self) -> int:
-        return self.full_groups + self.sliding_groups
+        return self.full_groups + self.sliding_groups + self.state_groups
 
     @property
     def slots(self) -> int:
@@ -40,8 +48,9 @@ class VllmKvGroups:
 
     @property
     def token_bytes(self) -> int:
-        """What one token of pool costs: a layer slot in every group."""
-        return self.slots * self.page_bytes // self.block_size
+        """What one token of pool costs: a layer slot in every group that holds tokens."""
+        token_slots = (self.full_groups + self.sliding_groups) * self.group_size
+        return token_slots * self.page_bytes // self.block_size
 
     def num_blocks(self, pool_bytes: int) -> int:
         return max(0, pool_bytes // self.page_bytes // self.group_size)
@@ -52,7 +61,7 @@ class VllmKvGroups:
 
     def blocks_per_request(self, seq_len: int, max_num_batched_tokens: int) -> int:
         """Blocks (of all groups) one request of `seq_len` tokens may occupy."""
-        n = self.full_groups * cdiv(seq_len, self.block_size)
+        n = self.full_groups * cdiv(seq_len, self.block_size) + self.state_groups
         if self.sliding_groups:
             assert self.window is not None
             tokens = min(self.window - 1 + max_num_batched_tokens, seq_len)
@@ -67,9 +76,15 @@ class VllmKvGroups:
         )
 
 
+# vLLM's attention kernel block alignment for hybrid attention + Mamba models (non-MLA).
+_STATE_BLOCK_ALIGNMENT = 16
+
+
 def vllm_groups(layout: KvLayout, block_size: int) -> VllmKvGroups:
     """Group a stage's layers the way vLLM v1 does for a uniform page size."""
-    full, sliding = layout.full_layers, layout.sliding_layers
+    full, sliding = layout.full_layers + layout.chunked_layers, layout.sliding_layers
+    if layout.linear_layers:
+        return _state_groups(layout, full, block_size)
     page = block_size * layout.layer_token_bytes
     if full and sliding:
         small, large = min(full, sliding), max(full, sliding)
@@ -80,3 +95,22 @@ def vllm_groups(layout: KvLayout, block_size: int) -> VllmKvGroups:
     if sliding:
         return VllmKvGroups(sliding, 0, 1, page, block_size, layout.window)
     return VllmKvGroups(full, 1, 0, page, block_size, None)
+
+
+def _state_groups(layout: KvLayout, full: int, block_size: int) -> VllmKvGroups:
+    """Attention layers and linear-attention layers with one page size (module docstring)."""
+    assert layout.linear is not None
+    state = layout.state_bytes(layout.linear.conv_kernel - 1, layout.state_dtype_bytes)
+    token = layout.layer_token_bytes
+    align = _STATE_BLOCK_ALIGNMENT
+    if token:
+        block_size = max(block_size, align * cdiv(state, align * token))
+    page = max(block_size * token, state)
+    linear = layout.linear_layers
+    if not full:
+        return VllmKvGroups(linear, 0, 0, page, block_size, None, state_groups=1)
+    small, large = min(full, linear), max(full, linear)
+    size = large if large < small * 1.25 else small
+    return VllmKvGroups(
+        size, cdiv(full, size), 0, page, block_size, None, state_groups=cdiv(linear, size)
+    )

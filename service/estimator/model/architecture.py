@@ -21,7 +21,12 @@ from service.estimator import memo
 from service.estimator.model.families import Family
 from service.estimator.model.quantization import QuantizationSpec
 from service.estimator.model.shapes import (
+    ATTENTION_LAYER_TYPES,
+    CHUNKED_ATTENTION,
+    FULL_ATTENTION,
+    LINEAR_ATTENTION,
     SLIDING_ATTENTION,
+    LinearAttentionSpec,
     LinearModule,
     MlaSpec,
     MoeSpec,
@@ -51,7 +56,11 @@ class Architecture:
     ``attn_logit_softcapping`` / ``final_logit_softcapping`` are the caps of
     ``tanh(x / cap) · cap`` on attention scores and on the final logits (None: off).
     ``attention_softmax_fp32`` says whether eager attention takes its softmax in fp32.
-    ``family`` holds the family's traits (:mod:`.families`).
+    ``family`` holds the family's traits (:mod:`.families`). ``layer_types`` names each
+    layer's token mixer: full, sliding-window or chunked attention (``attention_chunk_size``
+    tokens per chunk), or a linear-attention mixer (``linear_attention``) that keeps a
+    per-sequence state instead of per-token keys and values. ``layer_norm_names`` are the
+    hidden-size norms of one decoder layer as this config builds them.
     """
 
     model_type: str
@@ -97,6 +106,9 @@ class Architecture:
     attn_logit_softcapping: float | None = None
     final_logit_softcapping: float | None = None
     attention_softmax_fp32: bool = True
+    layer_norm_names: tuple[str, ...] = ()
+    linear_attention: LinearAttentionSpec | None = None
+    attention_chunk_size: int | None = None
 
     def __hash__(self) -> int:
         # An Architecture keys the estimator's caches and a request looks several of them up;
@@ -138,6 +150,11 @@ class Architecture:
     def fp16_unsafe(self) -> bool:
         """Activations overflow float16 (Gemma 2 / 3, GLM-4): engines refuse fp16 for it."""
         return self.family.fp16_unsafe
+
+    @property
+    def attn_output_gate(self) -> bool:
+        """Queries carry a sigmoid output gate of their own width (Qwen3-Next)."""
+        return self.family.attn_output_gate
 
     @property
     def rope_dim(self) -> int:
@@ -192,7 +209,21 @@ class Architecture:
 
     @property
     def num_full_attention_layers(self) -> int:
-        return self.num_layers - self.num_sliding_layers
+        return sum(1 for t in self.layer_types if t == FULL_ATTENTION)
+
+    @cached_property
+    def num_chunked_layers(self) -> int:
+        return sum(1 for t in self.layer_types if t == CHUNKED_ATTENTION)
+
+    @cached_property
+    def attention_layers(self) -> tuple[int, ...]:
+        """Layers whose token mixer is softmax attention (they hold per-token KV)."""
+        return tuple(i for i, t in enumerate(self.layer_types) if t in ATTENTION_LAYER_TYPES)
+
+    @cached_property
+    def linear_attention_layers(self) -> tuple[int, ...]:
+        """Layers whose token mixer is linear attention (a per-sequence state)."""
+        return tuple(i for i, t in enumerate(self.layer_types) if t == LINEAR_ATTENTION)
 
     @property
     def is_moe(self) -> bool:
@@ -241,10 +272,14 @@ class Architecture:
         """TP sizes that divide the attention heads and fit the KV heads (divide or multiple,
         heads replicated beyond their count); MLA has no KV heads to place."""
         heads, kv = self.num_attention_heads, self.num_kv_heads
+        lin = self.linear_attention
         return tuple(
             t
             for t in range(1, heads + 1)
-            if heads % t == 0 and (self.mla is not None or kv % t == 0 or t % kv == 0)
+            if heads % t == 0
+            and (self.mla is not None or kv % t == 0 or t % kv == 0)
+            # vLLM splits a linear-attention mixer's key and value heads evenly.
+            and (lin is None or (lin.num_key_heads % t == 0 and lin.num_value_heads % t == 0))
         )
 
     def as_dict(self) -> dict[str, Any]:

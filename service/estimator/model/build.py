@@ -10,25 +10,45 @@ with the wrapper's top-level dtype, quantization and tying applied to it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from service.estimator.errors import InvalidConfig, UnsupportedArchitecture
 from service.estimator.model.architecture import Architecture
-from service.estimator.model.config_reader import Bounds, ConfigReader, check_int, str_tuple
+from service.estimator.model.config_reader import (
+    ALIASES,
+    Bounds,
+    ConfigReader,
+    check_int,
+    str_tuple,
+)
 from service.estimator.model.families import (
+    ARCHITECTURE_CLASSES,
+    GENERIC_DECODER,
+    GENERIC_DECODER_KEYS,
+    NOT_A_DENSE_DECODER,
     SUPPORTED_MODEL_TYPES,
     WRAPPER_TEXT_TYPES,
     Attention,
     Family,
+    KvHeads,
     LayerLayout,
     Mlp,
     MoePlacement,
+    NormRule,
     SharedExperts,
     family_for,
 )
 from service.estimator.model.quantization import parse_quantization
-from service.estimator.model.shapes import FULL_ATTENTION, SLIDING_ATTENTION, MlaSpec, MoeSpec
+from service.estimator.model.shapes import (
+    CHUNKED_ATTENTION,
+    FULL_ATTENTION,
+    LINEAR_ATTENTION,
+    SLIDING_ATTENTION,
+    LinearAttentionSpec,
+    MlaSpec,
+    MoeSpec,
+)
 from service.estimator.model.vision import attach_vision
 from service.estimator.units import checkpoint_dtype
 
@@ -43,7 +63,8 @@ def read_config(config: Mapping[str, Any]) -> Architecture:
     if not isinstance(config, Mapping):
         raise InvalidConfig("the model config must be a JSON object")
     outer = config
-    outer_type = outer.get("model_type")
+    notes: list[str] = []
+    outer_type = _outer_model_type(outer, notes)
     wrapper: str | None = None
     text = outer.get("text_config")
     if text is not None:
@@ -73,16 +94,72 @@ def read_config(config: Mapping[str, Any]) -> Architecture:
         )
     family = family_for(model_type)
     if family is None:
-        shown = model_type if len(model_type) <= 60 else model_type[:57] + "..."
-        raise UnsupportedArchitecture(
-            f"model_type {shown!r} is not supported; supported model types: "
-            + ", ".join(SUPPORTED_MODEL_TYPES),
-            field="model_type",
+        family = _generic_decoder(config, model_type)
+        notes.append(
+            f"model_type {_shown(model_type)!r} is not one this service knows; its config has "
+            "the standard decoder keys, so it was read as a Llama-style decoder (gated MLP, "
+            "RMSNorm, no biases unless attention_bias/mlp_bias say so): post the config "
+            "with a supported model_type or architectures if it is not one"
         )
-    arch = _build(ConfigReader(config, family, model_type), wrapper)
+    reader = ConfigReader(config, family, model_type)
+    reader.assumptions.extend(notes)
+    arch = _build(reader, wrapper)
     if text is not None and outer.get("vision_config") is not None:
         arch = attach_vision(arch, outer, outer["vision_config"])
     return arch
+
+
+def _shown(name: str) -> str:
+    return name if len(name) <= 60 else name[:57] + "..."
+
+
+def _outer_model_type(outer: Mapping[str, Any], notes: list[str]) -> Any:
+    """The config's model_type; an unknown one is replaced by the type whose transformers
+    class its ``architectures`` names (Kimi-K2: ``kimi_k2`` runs as DeepseekV3ForCausalLM)."""
+    model_type = outer.get("model_type")
+    known = isinstance(model_type, str) and (
+        model_type in FAMILIES_OR_WRAPPERS or outer.get("text_config") is not None
+    )
+    if known:
+        return model_type
+    archs = outer.get("architectures")
+    if not isinstance(archs, Sequence) or isinstance(archs, str):
+        return model_type
+    for cls in archs:
+        mapped = ARCHITECTURE_CLASSES.get(cls) if isinstance(cls, str) else None
+        if mapped is not None:
+            if model_type is not None:
+                notes.append(
+                    f"model_type {_shown(str(model_type))!r} is not one this service knows; "
+                    f"read as {mapped} because architectures names {cls}"
+                )
+            return mapped
+    return model_type
+
+
+FAMILIES_OR_WRAPPERS = frozenset(SUPPORTED_MODEL_TYPES)
+
+
+def _generic_decoder(config: Mapping[str, Any], model_type: str) -> Family:
+    """The generic decoder for an unknown model_type whose config has the standard keys;
+    refused, naming the field, when a key is missing or says it is more than a dense decoder."""
+    supported = ", ".join(SUPPORTED_MODEL_TYPES)
+    for key in NOT_A_DENSE_DECODER:
+        if config.get(key) is not None:
+            raise UnsupportedArchitecture(
+                f"model_type {_shown(model_type)!r} is not supported and its {key} says it is "
+                "not a plain dense decoder, so it cannot be read as one; supported model "
+                f"types: {supported}",
+                field=key,
+            )
+    for key in GENERIC_DECODER_KEYS:
+        if not any(config.get(name) is not None for name in (key, *ALIASES.get(key, ()))):
+            raise UnsupportedArchitecture(
+                f"model_type {_shown(model_type)!r} is not supported and the config has no "
+                f"{key}, which a generic decoder needs; supported model types: {supported}",
+                field=key,
+            )
+    return GENERIC_DECODER
 
 
 def _exact_div(hidden: int, heads: int) -> int:
@@ -133,10 +210,7 @@ def _build(r: ConfigReader, wrapper: str | None) -> Architecture:
     layers = r.integer("num_hidden_layers", high=Bounds.LAYERS)
     vocab = r.integer("vocab_size", high=Bounds.VOCAB)
     heads = r.integer("num_attention_heads", high=Bounds.HEADS)
-    if r.has("num_key_value_heads") or "num_key_value_heads" in family.defaults:
-        kv_heads = r.integer("num_key_value_heads", high=Bounds.HEADS)
-    else:
-        kv_heads = heads
+    kv_heads = _KV_HEADS[family.kv_heads](r, heads)
     if heads % kv_heads != 0:
         raise InvalidConfig(
             f"num_attention_heads ({heads}) must be a multiple of num_key_value_heads ({kv_heads})",
@@ -161,6 +235,12 @@ def _build(r: ConfigReader, wrapper: str | None) -> Architecture:
         intermediate = r.integer("intermediate_size", high=Bounds.INTERMEDIATE * 2) // 2
         if intermediate < 1:
             raise InvalidConfig("intermediate_size must be at least 2", field="intermediate_size")
+    elif family.intermediate_ratio is not None and not r.has("intermediate_size"):
+        intermediate = family.intermediate_ratio * hidden
+        r.assumptions.append(
+            f"{r.keys_for('intermediate_size')[0]} not in config; used "
+            f"{family.intermediate_ratio} x hidden_size = {intermediate} (transformers)"
+        )
     else:
         intermediate = r.integer("intermediate_size", high=Bounds.INTERMEDIATE)
 
@@ -174,6 +254,12 @@ def _build(r: ConfigReader, wrapper: str | None) -> Architecture:
     if family.qk_norm is not None and r.trait(family.qk_norm.enabled):
         qk_norm = "per_head" if family.qk_norm.per_head else "full_width"
     window, layer_types = _layer_types(r, family, layers)
+    norm_names = _NORM_RULES[family.norm_rule](r)
+    linear = _linear_attention(r) if LINEAR_ATTENTION in layer_types else None
+    chunk = None
+    if CHUNKED_ATTENTION in layer_types:
+        chunk = r.opt_int("attention_chunk_size", high=Bounds.WINDOW)
+    _note_mtp_layers(r, layers)
 
     max_pos = r.raw("max_position_embeddings")
     max_pos = (
@@ -207,7 +293,7 @@ def _build(r: ConfigReader, wrapper: str | None) -> Architecture:
         lm_head_bias=r.trait(family.lm_head_bias),
         norm=family.norm,
         norm_bias=family.norm_bias,
-        norms_per_layer=len(family.layer_norms),
+        norms_per_layer=len(norm_names),
         qk_norm=qk_norm,
         dtype=_dtype(r),
         max_position_embeddings=max_pos,
@@ -228,7 +314,82 @@ def _build(r: ConfigReader, wrapper: str | None) -> Architecture:
         attn_logit_softcapping=attn_cap,
         final_logit_softcapping=final_cap,
         attention_softmax_fp32=r.trait(family.softmax_fp32),
+        layer_norm_names=norm_names,
+        linear_attention=linear,
+        attention_chunk_size=chunk,
     )
+
+
+def _standard_kv_heads(r: ConfigReader, heads: int) -> int:
+    if r.has("num_key_value_heads") or "num_key_value_heads" in r.family.defaults:
+        return r.integer("num_key_value_heads", high=Bounds.HEADS)
+    return heads
+
+
+def _falcon_kv_heads(r: ConfigReader, heads: int) -> int:
+    """Falcon: the grouped heads of new_decoder_architecture (num_kv_heads, every head when
+    absent), else one shared head with multi_query, else every head."""
+    if r.flag("new_decoder_architecture"):
+        return r.integer("num_key_value_heads", high=Bounds.HEADS, default=heads)
+    return 1 if r.flag("multi_query") else heads
+
+
+_KV_HEADS: dict[KvHeads, Callable[[ConfigReader, int], int]] = {
+    KvHeads.STANDARD: _standard_kv_heads,
+    KvHeads.FALCON: _falcon_kv_heads,
+}
+
+
+def _fixed_norms(r: ConfigReader) -> tuple[str, ...]:
+    extra = tuple(name for name, flag in r.family.conditional_norms if r.trait(flag))
+    return (*r.family.layer_norms, *extra)
+
+
+def _falcon_norms(r: ConfigReader) -> tuple[str, ...]:
+    if not r.flag("parallel_attn"):
+        return ("input_layernorm", "post_attention_layernorm")
+    count = r.config.get("num_ln_in_parallel_attn")
+    if count is None and r.flag("new_decoder_architecture"):
+        count = 2
+    return ("ln_attn", "ln_mlp") if count == 2 else ("input_layernorm",)
+
+
+_NORM_RULES: dict[NormRule, Callable[[ConfigReader], tuple[str, ...]]] = {
+    NormRule.FIXED: _fixed_norms,
+    NormRule.FALCON: _falcon_norms,
+}
+
+
+def _linear_attention(r: ConfigReader) -> LinearAttentionSpec:
+    spec = LinearAttentionSpec(
+        num_key_heads=r.integer("linear_num_key_heads", high=Bounds.HEADS),
+        num_value_heads=r.integer("linear_num_value_heads", high=Bounds.HEADS),
+        key_head_dim=r.integer("linear_key_head_dim", high=Bounds.HEAD_DIM),
+        value_head_dim=r.integer("linear_value_head_dim", high=Bounds.HEAD_DIM),
+        conv_kernel=r.integer("linear_conv_kernel_dim", high=64),
+    )
+    if spec.num_value_heads % spec.num_key_heads:
+        raise InvalidConfig(
+            f"linear_num_value_heads ({spec.num_value_heads}) must be a multiple of "
+            f"linear_num_key_heads ({spec.num_key_heads})",
+            field="linear_num_value_heads",
+        )
+    return spec
+
+
+def _note_mtp_layers(r: ConfigReader, layers: int) -> None:
+    """Multi-token-prediction layers a checkpoint carries beyond num_hidden_layers."""
+    key = r.family.mtp_key
+    value = r.config.get(key) if key is not None else None
+    if key is None or value is None:
+        return
+    count = check_int(value, key, 0, Bounds.LAYERS)
+    if count:
+        r.assumptions.append(
+            f"{key} {count}: the checkpoint's {count} multi-token-prediction layer(s) "
+            f"(model.layers.{layers} on) are not counted: transformers does not build them "
+            "and vLLM loads them only as the draft model of MTP speculative decoding"
+        )
 
 
 def _rope_scaling_factor(r: ConfigReader) -> float:
@@ -288,13 +449,23 @@ def _moe_layers(r: ConfigReader, placement: MoePlacement, layers: int) -> tuple[
     """Which decoder layers hold routed experts, by the family's rule."""
     if placement is MoePlacement.FIRST_K_DENSE:
         first = r.integer("first_k_dense_replace", low=0, high=Bounds.LAYERS)
-        freq = r.integer("moe_layer_freq", high=Bounds.LAYERS)
+        # Families whose config class has no moe_layer_freq (GLM-4.5) are every layer on.
+        freq = r.integer(
+            "moe_layer_freq",
+            high=Bounds.LAYERS,
+            default=... if "moe_layer_freq" in r.family.defaults else 1,
+        )
         if freq != 1:
             r.assumptions.append(
                 f"moe_layer_freq {freq} ignored: transformers makes every layer from "
                 "first_k_dense_replace on an MoE layer"
             )
         return tuple(range(first, layers))
+    if placement is MoePlacement.INTERLEAVE:
+        if r.raw("moe_layers") is not None:
+            return tuple(sorted(set(r.int_list("moe_layers", layers - 1))))
+        step = r.integer("interleave_moe_layer_step", high=Bounds.LAYERS)
+        return tuple(range(step - 1, layers, step))
     if placement is MoePlacement.SPARSE_STEP:
         only = set(r.int_list("mlp_only_layers", Bounds.LAYERS))
         step = r.integer("decoder_sparse_step", high=Bounds.LAYERS)
@@ -316,6 +487,8 @@ def _moe(r: ConfigReader, family: Family, layers: int) -> MoeSpec | None:
     if schema.shared is SharedExperts.GATED_ONE:
         shared_width = r.integer("shared_expert_intermediate_size", low=0, high=Bounds.INTERMEDIATE)
         n_shared = 1 if shared_width else 0
+    elif schema.shared is SharedExperts.ONE:
+        shared_width, n_shared = width, 1
     elif schema.shared is SharedExperts.FUSED_N:
         n_shared = r.integer("n_shared_experts", low=0, high=Bounds.EXPERTS)
         shared_width = n_shared * width
@@ -339,7 +512,12 @@ def _moe(r: ConfigReader, family: Family, layers: int) -> MoeSpec | None:
     )
 
 
-def _explicit_layer_types(r: ConfigReader, layers: int, window: int | None) -> tuple[str, ...]:
+def _explicit_layer_types(
+    r: ConfigReader,
+    layers: int,
+    window: int | None,
+    allowed: tuple[str, ...] = (FULL_ATTENTION, SLIDING_ATTENTION),
+) -> tuple[str, ...]:
     explicit = r.raw("layer_types")
     if not isinstance(explicit, Sequence) or isinstance(explicit, str):
         raise InvalidConfig("layer_types must be a list", field="layer_types")
@@ -349,9 +527,9 @@ def _explicit_layer_types(r: ConfigReader, layers: int, window: int | None) -> t
             f"layer_types has {len(types)} entries for {layers} layers", field="layer_types"
         )
     for t in types:
-        if t not in (FULL_ATTENTION, SLIDING_ATTENTION):
+        if t not in allowed:
             raise InvalidConfig(
-                f"layer type {str(t)[:40]!r} is not supported (full_attention, sliding_attention)",
+                f"layer type {str(t)[:40]!r} is not supported ({', '.join(allowed)})",
                 field="layer_types",
             )
     if SLIDING_ATTENTION in types and window is None:
@@ -368,6 +546,26 @@ _EXPLICIT_TYPES = frozenset(
 )
 
 
+def _llama4_layer_types(r: ConfigReader, layers: int) -> tuple[str, ...]:
+    """Llama 4: layers that apply RoPE attend within chunks (when attention_chunk_size is
+    set), the NoPE layers attend to every token. ``no_rope_layers`` lists 1 for a RoPE layer;
+    empty or absent, every no_rope_layer_interval-th layer is NoPE (transformers)."""
+    if r.raw("layer_types") is not None:
+        kinds = (FULL_ATTENTION, CHUNKED_ATTENTION)
+        return _explicit_layer_types(r, layers, None, kinds)
+    flags = r.int_list("no_rope_layers", 1)
+    if flags and len(flags) != layers:
+        raise InvalidConfig(
+            f"no_rope_layers has {len(flags)} entries for {layers} layers", field="no_rope_layers"
+        )
+    if not flags:
+        every = r.integer("no_rope_layer_interval", high=Bounds.LAYERS)
+        flags = tuple(int((i + 1) % every != 0) for i in range(layers))
+    if r.opt_int("attention_chunk_size", high=Bounds.WINDOW) is None:
+        return (FULL_ATTENTION,) * layers
+    return tuple(CHUNKED_ATTENTION if rope else FULL_ATTENTION for rope in flags)
+
+
 def _layer_types(
     r: ConfigReader, family: Family, layers: int
 ) -> tuple[int | None, tuple[str, ...]]:
@@ -375,6 +573,16 @@ def _layer_types(
     layout = family.layout
     if layout is LayerLayout.FULL:
         return None, (FULL_ATTENTION,) * layers
+    if layout is LayerLayout.LLAMA4_CHUNKED:
+        return None, _llama4_layer_types(r, layers)
+    if layout is LayerLayout.HYBRID_LINEAR:
+        if r.raw("layer_types") is not None:
+            kinds = (FULL_ATTENTION, LINEAR_ATTENTION)
+            return None, _explicit_layer_types(r, layers, None, kinds)
+        every = r.integer("full_attention_interval", high=Bounds.LAYERS)
+        return None, tuple(
+            LINEAR_ATTENTION if (i + 1) % every else FULL_ATTENTION for i in range(layers)
+        )
     window = r.opt_int("sliding_window", low=0, high=Bounds.WINDOW) or None
     if family.sliding_window_switch is not None and not r.flag(family.sliding_window_switch):
         window = None

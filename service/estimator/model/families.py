@@ -23,18 +23,23 @@ from types import MappingProxyType
 from typing import Any
 
 __all__ = [
+    "ARCHITECTURE_CLASSES",
     "FAMILIES",
     "GENERIC_DECODER",
+    "GENERIC_DECODER_KEYS",
+    "NOT_A_DENSE_DECODER",
     "SUPPORTED_MODEL_TYPES",
     "WRAPPER_TEXT_TYPES",
     "Attention",
     "Family",
     "Flag",
+    "KvHeads",
     "LayerLayout",
     "Mlp",
     "ModuleNames",
     "MoePlacement",
     "MoeSchema",
+    "NormRule",
     "QkNorm",
     "SharedExperts",
     "family_for",
@@ -74,6 +79,8 @@ class Mlp(StrEnum):
     GATED = "gated"  # gate_proj, up_proj, down_proj
     FUSED_GATE_UP = "fused_gate_up"  # gate_up_proj, down_proj
     PLAIN = "plain"  # c_fc, c_proj (StarCoder2)
+    PLAIN_FC = "plain_fc"  # fc1, fc2 (Phi-1/2)
+    PLAIN_DENSE = "plain_dense"  # dense_h_to_4h, dense_4h_to_h (Falcon)
     QWEN_W = "qwen_w"  # w1, w2, c_proj; intermediate_size counts w1 and w2 together
 
 
@@ -84,18 +91,43 @@ class LayerLayout(StrEnum):
     QWEN2_MOE = "qwen2_moe"  # odd layers below max_window_layers, when use_sliding_window
     ALTERNATING = "alternating"  # every `pattern`-th layer full, the rest sliding
     GEMMA3 = "gemma3"  # as ALTERNATING with the config's sliding_window_pattern (default 6)
+    # Llama 4: layers that use RoPE attend within chunks of attention_chunk_size, the NoPE
+    # layers (every no_rope_layer_interval-th, or no_rope_layers' zeros) attend to everything.
+    LLAMA4_CHUNKED = "llama4_chunked"
+    # Qwen3-Next: linear attention, with full attention every full_attention_interval-th layer.
+    HYBRID_LINEAR = "hybrid_linear"
 
 
 class MoePlacement(StrEnum):
     ALL = "all"  # every decoder layer
     SPARSE_STEP = "sparse_step"  # every decoder_sparse_step-th, minus mlp_only_layers (Qwen)
     FIRST_K_DENSE = "first_k_dense"  # from first_k_dense_replace on (DeepSeek)
+    # moe_layers if given, else every interleave_moe_layer_step-th layer (Llama 4)
+    INTERLEAVE = "interleave"
 
 
 class SharedExperts(StrEnum):
     NONE = "none"
     GATED_ONE = "gated_one"  # one shared expert of its own width, behind a sigmoid gate (Qwen)
     FUSED_N = "fused_n"  # n_shared_experts fused into one MLP of n × expert width (DeepSeek)
+    ONE = "one"  # one shared expert of the routed experts' width, no gate (Llama 4)
+
+
+class KvHeads(StrEnum):
+    """How the config says how many key/value heads there are."""
+
+    STANDARD = "standard"  # num_key_value_heads (family keys), else every head
+    # Falcon: num_kv_heads with new_decoder_architecture, else 1 with multi_query, else all.
+    FALCON = "falcon"
+
+
+class NormRule(StrEnum):
+    """Which hidden-size norms a decoder layer holds."""
+
+    FIXED = "fixed"  # layer_norms, plus each conditional_norms entry whose flag holds
+    # Falcon: input + post-attention without parallel_attn; with it, ln_attn + ln_mlp when
+    # num_ln_in_parallel_attn is 2 (its default under new_decoder_architecture), else one.
+    FALCON = "falcon"
 
 
 @dataclass(frozen=True)
@@ -122,6 +154,8 @@ class QkNorm:
 
     per_head: bool = True
     enabled: Flag = ON
+    names: tuple[str, str] = ("q_norm", "k_norm")
+    bias: bool = False  # a LayerNorm with bias (Phi) instead of a weight-only norm
 
 
 @dataclass(frozen=True)
@@ -134,6 +168,8 @@ class ModuleNames:
     layers: str = "layers"
     attn: str = "self_attn"
     mlp: str = "mlp"
+    qkv: str = "qkv_proj"  # a fused q/k/v projection
+    o: str = "o_proj"  # the attention output projection
 
 
 @dataclass(frozen=True)
@@ -141,6 +177,7 @@ class Family:
     """Traits of one transformers family (module docstring)."""
 
     name: str  # the family as people name it (gemma3 for both gemma3 and gemma3_text)
+    model_type: str = ""  # the config's model_type for it, when not `name` (gemma3_text)
     attention: Attention = Attention.STANDARD
     qkv_bias: Flag = ATTENTION_BIAS
     o_bias: Flag = ATTENTION_BIAS
@@ -152,6 +189,18 @@ class Family:
     # Gemma's RMSNorm computes in fp32 and keeps fp32 copies for backward.
     norm_fp32: bool = False
     layer_norms: tuple[str, ...] = ("input_layernorm", "post_attention_layernorm")
+    # Norms a layer holds only when a config flag says so (StableLM's parallel residual).
+    conditional_norms: tuple[tuple[str, Flag], ...] = ()
+    norm_rule: NormRule = NormRule.FIXED
+    norm_weights: bool = True  # OLMo's LayerNorm has no weight and no bias
+    kv_heads: KvHeads = KvHeads.STANDARD
+    # The dense MLP width as a multiple of hidden_size when the config gives none (Falcon).
+    intermediate_ratio: int | None = None
+    # Queries carry an output gate of their own width: q_proj is twice as wide (Qwen3-Next).
+    attn_output_gate: bool = False
+    # Checkpoints carry this many multi-token-prediction layers beyond num_hidden_layers
+    # (config key); neither transformers nor vLLM's main model builds them.
+    mtp_key: str | None = None
     qk_norm: QkNorm | None = None
     moe: MoeSchema | None = None
     layout: LayerLayout = LayerLayout.FULL
@@ -255,6 +304,7 @@ GEMMA2 = Family(
 GEMMA3 = dataclasses.replace(
     GEMMA2,
     name="gemma3",
+    model_type="gemma3_text",
     qk_norm=QkNorm(),
     layout=LayerLayout.GEMMA3,
     rope_tables=2,
@@ -489,20 +539,245 @@ _TABLE: tuple[Family, ...] = (
     ),
 )
 
+_NEW: tuple[Family, ...] = (
+    Family(
+        "llama4",
+        model_type="llama4_text",
+        moe=MoeSchema(
+            width_key="expert_intermediate_size",
+            placement=MoePlacement.INTERLEAVE,
+            shared=SharedExperts.ONE,
+            shared_path="shared_expert",
+            router_name="router",
+            router_is_nn_linear=True,
+        ),
+        layout=LayerLayout.LLAMA4_CHUNKED,
+        names=ModuleNames(mlp="feed_forward"),
+        keys=_keys(
+            num_experts=("num_local_experts",),
+            intermediate_size=("intermediate_size_mlp",),
+            expert_intermediate_size=("intermediate_size",),
+        ),
+        defaults=_frozen(
+            tie_word_embeddings=False,
+            attention_bias=False,
+            num_key_value_heads=8,
+            num_experts=16,
+            num_experts_per_tok=1,
+            intermediate_size=16384,
+            expert_intermediate_size=8192,
+            interleave_moe_layer_step=1,
+            no_rope_layer_interval=4,
+            attention_chunk_size=8192,
+        ),
+    ),
+    Family(
+        "qwen3_next",
+        qk_norm=QkNorm(),
+        attn_output_gate=True,
+        moe=MoeSchema(
+            width_key="moe_intermediate_size",
+            placement=MoePlacement.SPARSE_STEP,
+            shared=SharedExperts.GATED_ONE,
+            shared_path="shared_expert",
+            zero_experts_means_dense=True,
+        ),
+        layout=LayerLayout.HYBRID_LINEAR,
+        keys=_keys(num_experts=("num_experts",)),
+        defaults=_frozen(
+            tie_word_embeddings=False,
+            attention_bias=False,
+            num_key_value_heads=2,
+            head_dim=256,
+            decoder_sparse_step=1,
+            num_experts=512,
+            num_experts_per_tok=10,
+            moe_intermediate_size=512,
+            shared_expert_intermediate_size=512,
+            mlp_only_layers=[],
+            full_attention_interval=4,
+            linear_conv_kernel_dim=4,
+            linear_key_head_dim=128,
+            linear_value_head_dim=128,
+            linear_num_key_heads=16,
+            linear_num_value_heads=32,
+        ),
+    ),
+    Family(
+        "glm4_moe",
+        o_bias=OFF,
+        qk_norm=QkNorm(enabled=Flag.config("use_qk_norm")),
+        moe=dataclasses.replace(DEEPSEEK_V2_MOE, e_score_correction_bias=True),
+        keys=_keys(num_experts=("n_routed_experts",)),
+        mtp_key="num_nextn_predict_layers",
+        defaults=_frozen(
+            tie_word_embeddings=False,
+            attention_bias=False,
+            use_qk_norm=False,
+            first_k_dense_replace=1,
+            n_shared_experts=1,
+        ),
+        expert_target_aliases=_QWEN_MOE_TARGETS,
+    ),
+    Family(
+        "falcon",
+        attention=Attention.FUSED_QKV,
+        qkv_bias=Flag.config("bias"),
+        o_bias=Flag.config("bias"),
+        mlp=Mlp.PLAIN_DENSE,
+        mlp_bias=Flag.config("bias"),
+        norm="layernorm",
+        norm_bias=True,
+        norm_rule=NormRule.FALCON,
+        kv_heads=KvHeads.FALCON,
+        intermediate_ratio=4,
+        names=ModuleNames(
+            prefix="transformer",
+            embed="word_embeddings",
+            final_norm="ln_f",
+            layers="h",
+            attn="self_attention",
+            qkv="query_key_value",
+            o="dense",
+        ),
+        keys=_keys(
+            intermediate_size=("ffn_hidden_size",),
+            num_key_value_heads=("num_kv_heads", "n_head_kv"),
+            hidden_act=("activation",),
+        ),
+        defaults=_frozen(
+            tie_word_embeddings=True,
+            bias=False,
+            multi_query=True,
+            new_decoder_architecture=False,
+            parallel_attn=True,
+        ),
+    ),
+    Family(
+        "phi",
+        qkv_bias=ON,
+        o_bias=ON,
+        mlp=Mlp.PLAIN_FC,
+        mlp_bias=ON,
+        lm_head_bias=ON,
+        norm="layernorm",
+        norm_bias=True,
+        layer_norms=("input_layernorm",),
+        qk_norm=QkNorm(
+            enabled=Flag.config("qk_layernorm"), names=("q_layernorm", "k_layernorm"), bias=True
+        ),
+        names=ModuleNames(final_norm="final_layernorm", o="dense"),
+        defaults=_frozen(tie_word_embeddings=False, qk_layernorm=False),
+    ),
+    Family(
+        "stablelm",
+        qkv_bias=Flag.config("use_qkv_bias"),
+        o_bias=OFF,
+        norm="layernorm",
+        norm_bias=True,
+        layer_norms=("input_layernorm",),
+        conditional_norms=(
+            ("post_attention_layernorm", Flag.config("use_parallel_residual", negate=True)),
+        ),
+        # One LayerNorm (weight only) per head: the whole projection's width.
+        qk_norm=QkNorm(
+            per_head=False,
+            enabled=Flag.config("qk_layernorm"),
+            names=("q_layernorm", "k_layernorm"),
+        ),
+        defaults=_frozen(
+            tie_word_embeddings=False,
+            use_qkv_bias=False,
+            qk_layernorm=False,
+            use_parallel_residual=False,
+            num_key_value_heads=32,
+        ),
+    ),
+    Family(
+        "olmo",
+        norm="layernorm",
+        norm_weights=False,
+        defaults=_frozen(tie_word_embeddings=False, attention_bias=False),
+    ),
+)
+
 #: model_type -> family. gemma3_text is the language model of the gemma3 wrapper.
 FAMILIES: Mapping[str, Family] = MappingProxyType(
-    {("gemma3_text" if f is GEMMA3 else f.name): f for f in _TABLE}
+    {(f.model_type or f.name): f for f in (*_TABLE, *_NEW)}
 )
 
 #: Outer model_type of a multimodal wrapper -> model_type of its language model, when the
 #: inner config does not name one.
-WRAPPER_TEXT_TYPES: Mapping[str, str] = MappingProxyType({"gemma3": "gemma3_text"})
+WRAPPER_TEXT_TYPES: Mapping[str, str] = MappingProxyType(
+    {"gemma3": "gemma3_text", "llama4": "llama4_text", "mistral3": "mistral"}
+)
 
 #: model_type values (inner model_type for multimodal wrappers) this package can describe.
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted({*FAMILIES, *WRAPPER_TEXT_TYPES}))
 
+#: transformers model classes (a config's ``architectures``) -> the model_type that builds
+#: them, for configs whose model_type this table does not know (Kimi-K2's ``kimi_k2`` runs
+#: as ``DeepseekV3ForCausalLM``). Wrapper classes map to the wrapper's type.
+ARCHITECTURE_CLASSES: Mapping[str, str] = MappingProxyType(
+    {
+        "LlamaForCausalLM": "llama",
+        "GraniteForCausalLM": "granite",
+        "MistralForCausalLM": "mistral",
+        "MixtralForCausalLM": "mixtral",
+        "Qwen2ForCausalLM": "qwen2",
+        "Qwen2MoeForCausalLM": "qwen2_moe",
+        "Qwen3ForCausalLM": "qwen3",
+        "Qwen3MoeForCausalLM": "qwen3_moe",
+        "Qwen3NextForCausalLM": "qwen3_next",
+        "GemmaForCausalLM": "gemma",
+        "Gemma2ForCausalLM": "gemma2",
+        "Gemma3ForCausalLM": "gemma3_text",
+        "Gemma3ForConditionalGeneration": "gemma3",
+        "Phi3ForCausalLM": "phi3",
+        "PhiMoEForCausalLM": "phimoe",
+        "PhiForCausalLM": "phi",
+        "DeepseekV2ForCausalLM": "deepseek_v2",
+        "DeepseekV3ForCausalLM": "deepseek_v3",
+        "GptOssForCausalLM": "gpt_oss",
+        "OlmoForCausalLM": "olmo",
+        "Olmo2ForCausalLM": "olmo2",
+        "CohereForCausalLM": "cohere",
+        "GlmForCausalLM": "glm",
+        "Glm4MoeForCausalLM": "glm4_moe",
+        "Starcoder2ForCausalLM": "starcoder2",
+        "QWenLMHeadModel": "qwen",
+        "Llama4ForCausalLM": "llama4_text",
+        "Llama4ForConditionalGeneration": "llama4",
+        "Mistral3ForConditionalGeneration": "mistral3",
+        "FalconForCausalLM": "falcon",
+        "StableLmForCausalLM": "stablelm",
+    }
+)
+
 #: A decoder whose family is unknown but whose config has the standard keys is read as Llama.
 GENERIC_DECODER = LLAMA
+
+#: Config keys of the standard decoder a generic read needs (under ALIASES' names too).
+GENERIC_DECODER_KEYS = (
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "vocab_size",
+)
+
+#: Keys that say an unknown config is more than a dense decoder: read as one, it would be
+#: wrong (experts, latent attention, recurrent mixers), so it is refused instead.
+NOT_A_DENSE_DECODER = (
+    "num_experts",
+    "num_local_experts",
+    "n_routed_experts",
+    "moe_intermediate_size",
+    "kv_lora_rank",
+    "linear_num_value_heads",
+    "ssm_state_size",
+    "mamba_d_state",
+)
 
 
 def family_for(model_type: str) -> Family | None:

@@ -47,6 +47,14 @@ _MLP: dict[Mlp, tuple[_Proj, ...]] = {
         _Proj("c_fc", "h", "w", Shard.COLUMN, Reads.MLP_INPUT),
         _Proj("c_proj", "w", "h", Shard.ROW, Reads.MLP_ACT),
     ),
+    Mlp.PLAIN_FC: (
+        _Proj("fc1", "h", "w", Shard.COLUMN, Reads.MLP_INPUT),
+        _Proj("fc2", "w", "h", Shard.ROW, Reads.MLP_ACT),
+    ),
+    Mlp.PLAIN_DENSE: (
+        _Proj("dense_h_to_4h", "h", "w", Shard.COLUMN, Reads.MLP_INPUT),
+        _Proj("dense_4h_to_h", "w", "h", Shard.ROW, Reads.MLP_ACT),
+    ),
     Mlp.QWEN_W: (
         _Proj("w1", "h", "w", Shard.COLUMN, Reads.MLP_INPUT),
         _Proj("w2", "h", "w", Shard.COLUMN, Reads.MLP_INPUT),
@@ -62,6 +70,8 @@ class _Builder:
         self.arch = arch
         names = arch.family.names
         self.all_layers = tuple(range(arch.num_layers))
+        self.attn_layers = arch.attention_layers
+        self.names = names
         self.base = f"{names.prefix}.{names.layers}.{{i}}"
         self.attn = f"{self.base}.{names.attn}"
         self.mlp = f"{self.base}.{names.mlp}"
@@ -125,73 +135,27 @@ class _Builder:
 
 
 def _standard_attention(b: _Builder) -> None:
-    a, h = b.arch, b.arch.hidden_size
+    a, h, o = b.arch, b.arch.hidden_size, b.names.o
     q, kv = a.q_proj_size, a.kv_proj_size
-    b.add(
-        "q_proj",
-        f"{b.attn}.q_proj",
-        "attention",
-        h,
-        q,
-        a.attention_bias,
-        Shard.COLUMN,
-        Reads.ATTN_INPUT,
-    )
-    b.add(
-        "k_proj",
-        f"{b.attn}.k_proj",
-        "attention",
-        h,
-        kv,
-        a.attention_bias,
-        Shard.KV_HEADS,
-        Reads.ATTN_INPUT,
-    )
-    b.add(
-        "v_proj",
-        f"{b.attn}.v_proj",
-        "attention",
-        h,
-        kv,
-        a.attention_bias,
-        Shard.KV_HEADS,
-        Reads.ATTN_INPUT,
-    )
-    b.add(
-        "o_proj",
-        f"{b.attn}.o_proj",
-        "attention",
-        q,
-        h,
-        a.attention_out_bias,
-        Shard.ROW,
-        Reads.ATTN_OUTPUT,
-    )
+    # A gated attention's q_proj also yields the output gate, one value per query channel.
+    q_out = 2 * q if a.attn_output_gate else q
+    at = b.attn_layers
+    bias = a.attention_bias
+    b.add("q_proj", f"{b.attn}.q_proj", "attention", h, q_out, bias, Shard.COLUMN, _AI, at)
+    b.add("k_proj", f"{b.attn}.k_proj", "attention", h, kv, bias, Shard.KV_HEADS, _AI, at)
+    b.add("v_proj", f"{b.attn}.v_proj", "attention", h, kv, bias, Shard.KV_HEADS, _AI, at)
+    b.add(o, f"{b.attn}.{o}", "attention", q, h, a.attention_out_bias, Shard.ROW, _AO, at)
 
 
 def _fused_qkv_attention(b: _Builder) -> None:
-    a, h = b.arch, b.arch.hidden_size
+    a, h, n = b.arch, b.arch.hidden_size, b.names
     q, kv = a.q_proj_size, a.kv_proj_size
+    at = b.attn_layers
     b.add(
-        "qkv_proj",
-        f"{b.attn}.qkv_proj",
-        "attention",
-        h,
-        q + 2 * kv,
-        a.attention_bias,
-        Shard.QKV_HEADS,
-        Reads.ATTN_INPUT,
-    )
-    b.add(
-        "o_proj",
-        f"{b.attn}.o_proj",
-        "attention",
-        q,
-        h,
-        a.attention_out_bias,
-        Shard.ROW,
-        Reads.ATTN_OUTPUT,
-    )
+        n.qkv, f"{b.attn}.{n.qkv}", "attention", h, q + 2 * kv, a.attention_bias,
+        Shard.QKV_HEADS, _AI, at,
+    )  # fmt: skip
+    b.add(n.o, f"{b.attn}.{n.o}", "attention", q, h, a.attention_out_bias, Shard.ROW, _AO, at)
 
 
 def _qwen_c_attn(b: _Builder) -> None:
@@ -289,6 +253,24 @@ def _mla_attention(b: _Builder) -> None:
     )
 
 
+def _linear_attention(b: _Builder) -> None:
+    """Gated DeltaNet (Qwen3-Next's ``linear_attn``): q/k/v/z and b/a input projections
+    split by head under TP, the output projection by its input (vLLM's layer)."""
+    lin, h = b.arch.linear_attention, b.arch.hidden_size
+    assert lin is not None
+    layers = b.arch.linear_attention_layers
+    path = f"{b.base}.linear_attn"
+    qkvz = 2 * lin.key_dim + 2 * lin.value_dim
+    ba = 2 * lin.num_value_heads
+    b.add("in_proj_qkvz", f"{path}.in_proj_qkvz", "attention", h, qkvz, False, Shard.COLUMN, _AI,
+          layers)  # fmt: skip
+    b.add("in_proj_ba", f"{path}.in_proj_ba", "attention", h, ba, False, Shard.COLUMN, _AI, layers)
+    b.add("out_proj", f"{path}.out_proj", "attention", lin.value_dim, h, False, Shard.ROW, _AO,
+          layers)  # fmt: skip
+
+
+_AI, _AO = Reads.ATTN_INPUT, Reads.ATTN_OUTPUT
+
 _ATTENTION: dict[Attention, Callable[[_Builder], None]] = {
     Attention.STANDARD: _standard_attention,
     Attention.FUSED_QKV: _fused_qkv_attention,
@@ -364,6 +346,8 @@ def linear_modules(arch: Architecture) -> tuple[LinearModule, ...]:
     """Every linear projection of the language model, lm_head last."""
     b = _Builder(arch)
     _ATTENTION[arch.family.attention](b)
+    if arch.linear_attention is not None:
+        _linear_attention(b)
     b.mlp_block(
         arch.family.mlp, b.mlp, "mlp", arch.intermediate_size, arch.mlp_bias, arch.dense_layers
     )
@@ -392,6 +376,8 @@ def parameter_groups(arch: Architecture) -> tuple[ParameterGroup, ...]:
     attn = f"{base}.{names.attn}"
     h = arch.hidden_size
     norm_numel = h * (2 if arch.norm_bias else 1)
+    attn_layers = arch.attention_layers
+    weighted = arch.family.norm_weights
     out = [
         ParameterGroup(
             "embed_tokens",
@@ -401,14 +387,28 @@ def parameter_groups(arch: Architecture) -> tuple[ParameterGroup, ...]:
             vocab_rows=arch.vocab_size,
         )
     ]
-    for name in arch.family.layer_norms:
+    for name in (arch.layer_norm_names or arch.family.layer_norms) if weighted else ():
         out.append(ParameterGroup(name, f"{base}.{name}", "norms", norm_numel, all_layers))
-    if arch.qk_norm is not None:
+    qk = arch.family.qk_norm
+    if arch.qk_norm is not None and qk is not None:
         per_head = arch.qk_norm == "per_head"
-        q_numel = arch.head_dim if per_head else arch.q_proj_size
-        k_numel = arch.head_dim if per_head else arch.kv_proj_size
-        out.append(ParameterGroup("q_norm", f"{attn}.q_norm", "norms", q_numel, all_layers))
-        out.append(ParameterGroup("k_norm", f"{attn}.k_norm", "norms", k_numel, all_layers))
+        widths = (2 if qk.bias else 1) * (arch.head_dim if per_head else 1)
+        q_numel = widths if per_head else widths * arch.q_proj_size
+        k_numel = widths if per_head else widths * arch.kv_proj_size
+        q_name, k_name = qk.names
+        out.append(ParameterGroup(q_name, f"{attn}.{q_name}", "norms", q_numel, attn_layers))
+        out.append(ParameterGroup(k_name, f"{attn}.{k_name}", "norms", k_numel, attn_layers))
+    lin = arch.linear_attention
+    if lin is not None:
+        lin_layers = arch.linear_attention_layers
+        path = f"{base}.linear_attn"
+        for name, component, numel in (
+            ("conv1d", "attention", lin.conv_dim * lin.conv_kernel),  # depthwise, no bias
+            ("dt_bias", "attention", lin.num_value_heads),
+            ("A_log", "attention", lin.num_value_heads),
+            ("norm", "norms", lin.value_head_dim),  # gated RMSNorm over one value head
+        ):
+            out.append(ParameterGroup(name, f"{path}.{name}", component, numel, lin_layers))
     if arch.mla is not None:
         if arch.mla.q_lora_rank is not None:
             out.append(
@@ -447,7 +447,7 @@ def parameter_groups(arch: Architecture) -> tuple[ParameterGroup, ...]:
                 dtype="float32",
             )
         )
-    out.append(
-        ParameterGroup(names.final_norm, f"{names.prefix}.{names.final_norm}", "norms", norm_numel)
-    )
+    if weighted:
+        final = names.final_norm
+        out.append(ParameterGroup(final, f"{names.prefix}.{final}", "norms", norm_numel))
     return tuple(out)

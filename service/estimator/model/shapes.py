@@ -14,9 +14,13 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 __all__ = [
+    "ATTENTION_LAYER_TYPES",
+    "CHUNKED_ATTENTION",
     "COMPONENTS",
     "FULL_ATTENTION",
+    "LINEAR_ATTENTION",
     "SLIDING_ATTENTION",
+    "LinearAttentionSpec",
     "LinearModule",
     "MlaSpec",
     "MoeSpec",
@@ -24,10 +28,18 @@ __all__ = [
     "Reads",
     "Shard",
     "VisionSpec",
+    "VisionTower",
 ]
 
 FULL_ATTENTION = "full_attention"
 SLIDING_ATTENTION = "sliding_attention"
+# Attention within fixed chunks of `attention_chunk_size` tokens (Llama 4's RoPE layers).
+CHUNKED_ATTENTION = "chunked_attention"
+# A recurrent token mixer (Qwen3-Next's Gated DeltaNet): per-sequence state, no per-token KV.
+LINEAR_ATTENTION = "linear_attention"
+
+#: Layer types whose token mixer is softmax attention with a per-token KV cache.
+ATTENTION_LAYER_TYPES = frozenset({FULL_ATTENTION, SLIDING_ATTENTION, CHUNKED_ATTENTION})
 
 #: Component names used by both inventories and by ``ParameterCounts.by_component``.
 COMPONENTS = (
@@ -94,6 +106,45 @@ class MlaSpec:
 
 
 @dataclass(frozen=True)
+class LinearAttentionSpec:
+    """A Gated DeltaNet token mixer (Qwen3-Next's ``linear_attention`` layers).
+
+    ``in_proj_qkvz`` projects to queries and keys (``num_key_heads × key_head_dim`` each) and
+    values and the output gate (``num_value_heads × value_head_dim`` each); ``in_proj_ba`` to
+    two scalars per value head; a depthwise causal Conv1d of ``conv_kernel`` taps runs over
+    the q/k/v channels (``conv_dim``). What a sequence carries from step to step is a conv
+    state (the last taps of those channels) and a recurrent state of ``key_head_dim ×
+    value_head_dim`` per value head, whatever its length.
+    """
+
+    num_key_heads: int
+    num_value_heads: int
+    key_head_dim: int
+    value_head_dim: int
+    conv_kernel: int
+
+    @property
+    def key_dim(self) -> int:
+        return self.num_key_heads * self.key_head_dim
+
+    @property
+    def value_dim(self) -> int:
+        return self.num_value_heads * self.value_head_dim
+
+    @property
+    def conv_dim(self) -> int:
+        return 2 * self.key_dim + self.value_dim
+
+    def conv_state_elements(self, tp: int, taps: int) -> int:
+        """Conv state of one sequence on one TP rank: ``taps`` columns of its channel share."""
+        return self.conv_dim // tp * taps
+
+    def recurrent_state_elements(self, tp: int) -> int:
+        """Recurrent state of one sequence on one TP rank (value heads split by TP)."""
+        return max(1, self.num_value_heads // tp) * self.key_head_dim * self.value_head_dim
+
+
+@dataclass(frozen=True)
 class MoeSpec:
     """Mixture of experts: routed experts, optional shared experts, which layers are sparse.
 
@@ -115,17 +166,29 @@ class MoeSpec:
     router_dtype: str | None = None
 
 
+class VisionTower(StrEnum):
+    """The vision towers this package can lay out (:mod:`.vision` holds each one's tensors)."""
+
+    SIGLIP = "siglip"  # SigLIP + Gemma 3's projector
+    LLAMA4 = "llama4"  # Llama 4's unfold-conv ViT + pixel-shuffle adapter + projector
+    PIXTRAL = "pixtral"  # Pixtral + Mistral 3's norm, patch merger and two-layer projector
+
+
 @dataclass(frozen=True)
 class VisionSpec:
-    """A SigLIP vision tower (``siglip_vision_model``) and Gemma 3's multimodal projector.
+    """A multimodal wrapper's vision tower and projector.
 
-    The tower, as transformers' ``SiglipVisionModel`` builds it: a patch-embedding Conv2d
-    (``channels × patch² × hidden`` + bias), a learned position embedding with one row per
-    patch (``(image_size / patch_size)²``), ``num_layers`` encoder layers (two LayerNorms with
-    bias, q/k/v/out projections with bias, an fc1/fc2 MLP with bias) and a post LayerNorm.
-    ``projector_out`` is the language model's hidden size: Gemma 3's projector holds
-    ``mm_input_projection_weight`` (``hidden × projector_out``) and ``mm_soft_emb_norm``
-    (an RMSNorm over the vision hidden size).
+    ``kind`` says which modeling code builds it (:class:`VisionTower`). The shared fields are
+    the tower's own: ``hidden_size``, ``intermediate_size``, ``num_layers``, ``num_heads``,
+    ``image_size``, ``patch_size``, ``num_channels``; ``projector_out`` is the language
+    model's hidden size. SigLIP (Gemma 3): a patch-embedding Conv2d with bias, a learned
+    position embedding with one row per patch, encoder layers of LayerNorms, q/k/v/out and
+    fc1/fc2 all with bias, a post LayerNorm; the projector is ``mm_input_projection_weight``
+    and an RMSNorm ``mm_soft_emb_norm``. Llama 4 adds ``adapter_in`` / ``adapter_out``
+    (the pixel-shuffle MLP's ``projector_input_dim`` / ``projector_output_dim``) and
+    ``output_dim`` (``vision_output_dim``, the projector's input). Pixtral (Mistral 3) adds
+    ``merge_size`` (``spatial_merge_size``), ``feature_layers`` (how many encoder layers the
+    projector reads) and ``projector_bias``.
     """
 
     hidden_size: int
@@ -137,6 +200,13 @@ class VisionSpec:
     num_channels: int
     projector_out: int
     tokens_per_image: int
+    kind: VisionTower = VisionTower.SIGLIP
+    adapter_in: int = 0
+    adapter_out: int = 0
+    output_dim: int = 0
+    merge_size: int = 1
+    feature_layers: int = 1
+    projector_bias: bool = False
 
     @property
     def num_patches(self) -> int:

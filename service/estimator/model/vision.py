@@ -1,152 +1,344 @@
 """Vision towers of multimodal wrappers, apart from the language model.
 
-Today: SigLIP (``siglip_vision_model``) with Gemma 3's multimodal projector, as transformers'
-``Gemma3ForConditionalGeneration`` builds it (:class:`~.shapes.VisionSpec` says what each
-tensor is). A wrapper with another tower is read for its language model and the tower is
-named in the assumptions, not counted.
+One reader and one layout per tower (:class:`~.shapes.VisionTower`), as transformers builds
+it: SigLIP (``siglip_vision_model``) with Gemma 3's projector, Llama 4's vision model with its
+pixel-shuffle adapter and projector (``Llama4ForConditionalGeneration``), and Pixtral with
+Mistral 3's norm, patch merger and two-layer projector (``Mistral3ForConditionalGeneration``).
+:class:`~.shapes.VisionSpec` says what each tensor is. A wrapper with another tower is read
+for its language model and the tower is named in the assumptions, not counted.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from service.estimator.errors import InvalidConfig, UnsupportedArchitecture
 from service.estimator.model.architecture import Architecture
 from service.estimator.model.config_reader import Bounds, check_int
-from service.estimator.model.shapes import LinearModule, ParameterGroup, Reads, Shard, VisionSpec
+from service.estimator.model.shapes import (
+    LinearModule,
+    ParameterGroup,
+    Reads,
+    Shard,
+    VisionSpec,
+    VisionTower,
+)
 
 __all__ = ["attach_vision", "vision_modules", "vision_parameter_groups"]
 
-# (tower model_type, language-model family) pairs this module can describe.
-_SUPPORTED = frozenset({("siglip_vision_model", "gemma3")})
-_TOWER = "model.vision_tower"
+# (tower model_type, language-model family) -> the tower.
+_SUPPORTED: Mapping[tuple[str, str], VisionTower] = {
+    ("siglip_vision_model", "gemma3"): VisionTower.SIGLIP,
+    ("llama4_vision_model", "llama4"): VisionTower.LLAMA4,
+    ("pixtral", "mistral"): VisionTower.PIXTRAL,
+}
+# A tower config that names no model_type: the one its family's wrapper builds.
+_DEFAULT_KIND = {"gemma3": "siglip_vision_model", "llama4": "llama4_vision_model"}
+
+# The config class defaults of each tower (transformers), for keys a config leaves out.
+_DEFAULTS: Mapping[VisionTower, Mapping[str, int]] = {
+    VisionTower.SIGLIP: {
+        "hidden_size": 768,
+        "intermediate_size": 3072,
+        "num_hidden_layers": 12,
+        "num_attention_heads": 12,
+        "image_size": 224,
+        "patch_size": 16,
+        "num_channels": 3,
+    },
+    VisionTower.LLAMA4: {
+        "hidden_size": 768,
+        "intermediate_size": 5632,
+        "num_hidden_layers": 34,
+        "num_attention_heads": 16,
+        "image_size": 448,
+        "patch_size": 14,
+        "num_channels": 3,
+        "vision_output_dim": 7680,
+        "projector_input_dim": 4096,
+        "projector_output_dim": 4096,
+    },
+    VisionTower.PIXTRAL: {
+        "hidden_size": 1024,
+        "intermediate_size": 4096,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 16,
+        "image_size": 1024,
+        "patch_size": 16,
+        "num_channels": 3,
+    },
+}
 
 
 def attach_vision(arch: Architecture, outer: Mapping[str, Any], cfg: Any) -> Architecture:
     """``arch`` with the vision tower a wrapper's ``vision_config`` describes."""
     if not isinstance(cfg, Mapping):
         raise InvalidConfig("vision_config must be an object", field="vision_config")
-    kind = cfg.get("model_type", "siglip_vision_model")
-    if (kind, arch.family_name) not in _SUPPORTED:
+    kind_name = cfg.get("model_type", _DEFAULT_KIND.get(arch.family_name, ""))
+    kind = _SUPPORTED.get((str(kind_name), arch.family_name))
+    if kind is None:
         note = (
-            f"vision tower ({str(kind)[:40]}) of the {arch.wrapper_model_type} wrapper not counted"
+            f"vision tower ({str(kind_name)[:40]}) of the {arch.wrapper_model_type} wrapper "
+            "not counted"
         )
         return dataclasses.replace(arch, assumptions=(*arch.assumptions, note))
-    if cfg.get("vision_use_head"):
+    if kind is VisionTower.SIGLIP and cfg.get("vision_use_head"):
         raise UnsupportedArchitecture(
             "a SigLIP vision tower with vision_use_head is not supported", field="vision_config"
         )
+    defaults = _DEFAULTS[kind]
 
-    def get(key: str, default: int, high: int) -> int:
-        return check_int(cfg.get(key, default), f"vision_config.{key}", 1, high)
+    def get(key: str, high: int) -> int:
+        return check_int(cfg.get(key, defaults[key]), f"vision_config.{key}", 1, high)
 
-    hidden = get("hidden_size", 768, Bounds.HIDDEN)
-    heads = get("num_attention_heads", 12, Bounds.HEADS)
+    hidden = get("hidden_size", Bounds.HIDDEN)
+    heads = get("num_attention_heads", Bounds.HEADS)
     if hidden % heads:
         raise InvalidConfig(
             "vision_config.hidden_size must be a multiple of num_attention_heads",
             field="vision_config",
         )
-    image = get("image_size", 224, 1 << 16)
-    patch = get("patch_size", 16, 1 << 12)
+    image = get("image_size", 1 << 16)
+    patch = get("patch_size", 1 << 12)
     if image % patch:
         raise InvalidConfig(
             "vision_config.image_size must be a multiple of patch_size", field="vision_config"
         )
     spec = VisionSpec(
         hidden_size=hidden,
-        intermediate_size=get("intermediate_size", 3072, Bounds.INTERMEDIATE),
-        num_layers=get("num_hidden_layers", 12, Bounds.LAYERS),
+        intermediate_size=get("intermediate_size", Bounds.INTERMEDIATE),
+        num_layers=get("num_hidden_layers", Bounds.LAYERS),
         num_heads=heads,
         image_size=image,
         patch_size=patch,
-        num_channels=get("num_channels", 3, 64),
+        num_channels=get("num_channels", 64),
         projector_out=arch.hidden_size,
-        tokens_per_image=check_int(
-            outer.get("mm_tokens_per_image", 256), "mm_tokens_per_image", 1, 1 << 20
-        ),
+        tokens_per_image=1,
+        kind=kind,
     )
+    spec = _EXTRAS[kind](spec, outer, get)
     return dataclasses.replace(arch, vision=spec)
 
 
-def vision_modules(v: VisionSpec | None) -> tuple[LinearModule, ...]:
-    """The tower's projections: q/k/v and fc1 split their outputs, out_proj and fc2 their
-    inputs under tensor parallelism (vLLM's SigLIP)."""
-    if v is None:
-        return ()
+def _siglip_extras(
+    spec: VisionSpec, outer: Mapping[str, Any], get: Callable[[str, int], int]
+) -> VisionSpec:
+    tokens = check_int(outer.get("mm_tokens_per_image", 256), "mm_tokens_per_image", 1, 1 << 20)
+    return dataclasses.replace(spec, tokens_per_image=tokens)
+
+
+def _llama4_extras(
+    spec: VisionSpec, outer: Mapping[str, Any], get: Callable[[str, int], int]
+) -> VisionSpec:
+    # The pixel shuffle folds 2 x 2 patches into one token (pixel_shuffle_ratio 0.5).
+    return dataclasses.replace(
+        spec,
+        adapter_in=get("projector_input_dim", Bounds.INTERMEDIATE),
+        adapter_out=get("projector_output_dim", Bounds.INTERMEDIATE),
+        output_dim=get("vision_output_dim", Bounds.INTERMEDIATE),
+        tokens_per_image=spec.num_patches // 4,
+    )
+
+
+def _pixtral_extras(
+    spec: VisionSpec, outer: Mapping[str, Any], get: Callable[[str, int], int]
+) -> VisionSpec:
+    merge = check_int(outer.get("spatial_merge_size", 2), "spatial_merge_size", 1, 64)
+    layer = outer.get("vision_feature_layer", -1)
+    feature_layers = len(layer) if isinstance(layer, list) and layer else 1
+    bias = outer.get("multimodal_projector_bias", False)
+    if not isinstance(bias, bool):
+        raise InvalidConfig(
+            "multimodal_projector_bias must be true or false", field="multimodal_projector_bias"
+        )
+    return dataclasses.replace(
+        spec,
+        merge_size=merge,
+        feature_layers=feature_layers,
+        projector_bias=bias,
+        tokens_per_image=max(1, spec.num_patches // (merge * merge)),
+    )
+
+
+_EXTRAS: Mapping[
+    VisionTower, Callable[[VisionSpec, Mapping[str, Any], Callable[[str, int], int]], VisionSpec]
+] = {
+    VisionTower.SIGLIP: _siglip_extras,
+    VisionTower.LLAMA4: _llama4_extras,
+    VisionTower.PIXTRAL: _pixtral_extras,
+}
+
+
+def _linear(
+    name: str,
+    path: str,
+    fan_in: int,
+    fan_out: int,
+    bias: bool,
+    layers: tuple[int, ...],
+    shard: Shard,
+) -> LinearModule:
+    return LinearModule(name, path, "vision", fan_in, fan_out, bias, layers, shard, Reads.VISION)
+
+
+def _encoder(
+    base: str, attn: str, mlp: str, names: tuple[str, ...], v: VisionSpec, bias: bool
+) -> list[LinearModule]:
+    """An encoder's attention and MLP projections: q/k/v and the MLP's inputs split their
+    outputs, the attention output and the MLP's last projection their inputs (vLLM)."""
     h, w = v.hidden_size, v.intermediate_size
     layers = tuple(range(v.num_layers))
-    base = f"{_TOWER}.encoder.layers.{{i}}"
-    out = [
-        LinearModule(
-            name,
-            f"{base}.self_attn.{name}",
-            "vision",
-            h,
-            h,
-            True,
-            layers,
-            Shard.COLUMN,
-            Reads.VISION,
-        )
-        for name in ("q_proj", "k_proj", "v_proj")
-    ]
-    out.append(
-        LinearModule(
-            "out_proj",
-            f"{base}.self_attn.out_proj",
-            "vision",
-            h,
-            h,
-            True,
-            layers,
-            Shard.ROW,
-            Reads.VISION,
-        )
-    )
-    out.append(
-        LinearModule(
-            "fc1", f"{base}.mlp.fc1", "vision", h, w, True, layers, Shard.COLUMN, Reads.VISION
-        )
-    )
-    out.append(
-        LinearModule(
-            "fc2", f"{base}.mlp.fc2", "vision", w, h, True, layers, Shard.ROW, Reads.VISION
-        )
-    )
-    return tuple(out)
+    q, k, val, o, *mlp_names = names
+    out = [_linear(n, f"{base}.{attn}.{n}", h, h, bias, layers, Shard.COLUMN) for n in (q, k, val)]
+    out.append(_linear(o, f"{base}.{attn}.{o}", h, h, bias, layers, Shard.ROW))
+    *ins, last = mlp_names
+    out += [_linear(n, f"{base}.{mlp}.{n}", h, w, bias, layers, Shard.COLUMN) for n in ins]
+    out.append(_linear(last, f"{base}.{mlp}.{last}", w, h, bias, layers, Shard.ROW))
+    return out
+
+
+_SIGLIP = "model.vision_tower"
+_LLAMA4 = "vision_model"
+_PIXTRAL = "model.vision_tower"
+_PROJECTOR = {
+    VisionTower.SIGLIP: "model.multi_modal_projector",
+    VisionTower.LLAMA4: "multi_modal_projector",
+    VisionTower.PIXTRAL: "model.multi_modal_projector",
+}
+
+
+def vision_modules(v: VisionSpec | None) -> tuple[LinearModule, ...]:
+    """The tower's and the projector's linear projections (empty without a tower)."""
+    return () if v is None else tuple(_MODULES[v.kind](v))
+
+
+def _siglip_modules(v: VisionSpec) -> list[LinearModule]:
+    base = f"{_SIGLIP}.encoder.layers.{{i}}"
+    names = ("q_proj", "k_proj", "v_proj", "out_proj", "fc1", "fc2")
+    return _encoder(base, "self_attn", "mlp", names, v, True)
+
+
+def _llama4_modules(v: VisionSpec) -> list[LinearModule]:
+    """Llama 4: an unfold + linear patch embedding without bias, the encoder (biases on),
+    the pixel-shuffle adapter's two projections and the projector, all without bias."""
+    base = f"{_LLAMA4}.model.layers.{{i}}"
+    names = ("q_proj", "k_proj", "v_proj", "o_proj", "fc1", "fc2")
+    out = _encoder(base, "self_attn", "mlp", names, v, True)
+    patch = v.num_channels * v.patch_size * v.patch_size
+    projector, rep = _PROJECTOR[v.kind], Shard.REPLICATED
+    out += [
+        _linear("linear", f"{_LLAMA4}.patch_embedding.linear", patch, v.hidden_size, False,
+                (), rep),
+        _linear("fc1", f"{_LLAMA4}.vision_adapter.mlp.fc1", v.intermediate_size,
+                v.adapter_in, False, (), rep),
+        _linear("fc2", f"{_LLAMA4}.vision_adapter.mlp.fc2", v.adapter_out, v.adapter_out,
+                False, (), rep),
+        _linear("linear_1", f"{projector}.linear_1", v.output_dim, v.projector_out, False,
+                (), rep),
+    ]  # fmt: skip
+    return out
+
+
+def _pixtral_modules(v: VisionSpec) -> list[LinearModule]:
+    """Pixtral: the encoder without biases and a gated MLP; Mistral 3's patch merger and
+    its two-layer projector (biases as multimodal_projector_bias says)."""
+    base = f"{_PIXTRAL}.transformer.layers.{{i}}"
+    names = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    out = _encoder(base, "attention", "feed_forward", names, v, False)
+    h, t, m = v.hidden_size, v.projector_out, v.merge_size
+    projector, b = _PROJECTOR[v.kind], v.projector_bias
+    out += [
+        _linear("merging_layer", f"{projector}.patch_merger.merging_layer", h * m * m, h, False,
+                (), Shard.REPLICATED),
+        _linear("linear_1", f"{projector}.linear_1", h * v.feature_layers, t, b, (),
+                Shard.COLUMN),
+        _linear("linear_2", f"{projector}.linear_2", t, t, b, (), Shard.ROW),
+    ]  # fmt: skip
+    return out
+
+
+_MODULES: Mapping[VisionTower, Callable[[VisionSpec], list[LinearModule]]] = {
+    VisionTower.SIGLIP: _siglip_modules,
+    VisionTower.LLAMA4: _llama4_modules,
+    VisionTower.PIXTRAL: _pixtral_modules,
+}
 
 
 def vision_parameter_groups(v: VisionSpec | None) -> tuple[ParameterGroup, ...]:
-    """The tower's other tensors and the projector; the position embedding is split like a
-    vocabulary under tensor parallelism, the rest is replicated."""
+    """The tower's and the projector's other tensors; a learned position embedding is split
+    like a vocabulary under tensor parallelism, the rest is replicated."""
     if v is None:
         return ()
+    return _GROUPS[v.kind](v)
+
+
+def _siglip_groups(v: VisionSpec) -> tuple[ParameterGroup, ...]:
     h = v.hidden_size
     layers = tuple(range(v.num_layers))
     patch = v.num_channels * v.patch_size * v.patch_size * h + h
+    projector = _PROJECTOR[v.kind]
     return (
-        ParameterGroup("patch_embedding", f"{_TOWER}.embeddings.patch_embedding", "vision", patch),
+        ParameterGroup("patch_embedding", f"{_SIGLIP}.embeddings.patch_embedding", "vision", patch),
         ParameterGroup(
             "position_embedding",
-            f"{_TOWER}.embeddings.position_embedding",
+            f"{_SIGLIP}.embeddings.position_embedding",
             "vision",
             v.num_patches * h,
             vocab_rows=v.num_patches,
         ),
         ParameterGroup(
-            "layer_norms", f"{_TOWER}.encoder.layers.{{i}}", "vision", 2 * h, layers, per_layer=2
+            "layer_norms", f"{_SIGLIP}.encoder.layers.{{i}}", "vision", 2 * h, layers, per_layer=2
         ),
-        ParameterGroup("post_layernorm", f"{_TOWER}.post_layernorm", "vision", 2 * h),
+        ParameterGroup("post_layernorm", f"{_SIGLIP}.post_layernorm", "vision", 2 * h),
         ParameterGroup(
             "mm_input_projection_weight",
-            "model.multi_modal_projector.mm_input_projection_weight",
+            f"{projector}.mm_input_projection_weight",
             "vision",
             h * v.projector_out,
         ),
+        ParameterGroup("mm_soft_emb_norm", f"{projector}.mm_soft_emb_norm", "vision", h),
+    )
+
+
+def _llama4_groups(v: VisionSpec) -> tuple[ParameterGroup, ...]:
+    """Llama 4: a class embedding, a position embedding of every patch plus the class token,
+    LayerNorms (weight and bias) before and after the encoder and two per layer."""
+    h = v.hidden_size
+    layers = tuple(range(v.num_layers))
+    rows = v.num_patches + 1
+    return (
+        ParameterGroup("class_embedding", f"{_LLAMA4}.class_embedding", "vision", h),
         ParameterGroup(
-            "mm_soft_emb_norm", "model.multi_modal_projector.mm_soft_emb_norm", "vision", h
+            "positional_embedding_vlm", f"{_LLAMA4}.positional_embedding_vlm", "vision", rows * h
+        ),
+        ParameterGroup("layernorm_pre", f"{_LLAMA4}.layernorm_pre", "vision", 2 * h),
+        ParameterGroup("layernorm_post", f"{_LLAMA4}.layernorm_post", "vision", 2 * h),
+        ParameterGroup(
+            "layer_norms", f"{_LLAMA4}.model.layers.{{i}}", "vision", 2 * h, layers, per_layer=2
         ),
     )
+
+
+def _pixtral_groups(v: VisionSpec) -> tuple[ParameterGroup, ...]:
+    """Pixtral: a patch Conv2d without bias, RMSNorms (weight only) before the encoder and two
+    per layer (its positions are rotary, no table); Mistral 3's projector RMSNorm."""
+    h = v.hidden_size
+    layers = tuple(range(v.num_layers))
+    patch = v.num_channels * v.patch_size * v.patch_size * h
+    return (
+        ParameterGroup("patch_conv", f"{_PIXTRAL}.patch_conv", "vision", patch),
+        ParameterGroup("ln_pre", f"{_PIXTRAL}.ln_pre", "vision", h),
+        ParameterGroup(
+            "layer_norms", f"{_PIXTRAL}.transformer.layers.{{i}}", "vision", h, layers, per_layer=2
+        ),
+        ParameterGroup("norm", f"{_PROJECTOR[v.kind]}.norm", "vision", h),
+    )
+
+
+_GROUPS: Mapping[VisionTower, Callable[[VisionSpec], tuple[ParameterGroup, ...]]] = {
+    VisionTower.SIGLIP: _siglip_groups,
+    VisionTower.LLAMA4: _llama4_groups,
+    VisionTower.PIXTRAL: _pixtral_groups,
+}

@@ -92,8 +92,10 @@ def test_too_many_experts() -> None:
 
 
 def test_unsupported_model_type_lists_supported() -> None:
+    config = {k: v for k, v in BASE.items() if k != "intermediate_size"}
     with pytest.raises(UnsupportedArchitecture) as err:
-        build(model_type="bert")
+        read_config({**config, "model_type": "bert"})
+    assert err.value.field == "intermediate_size"
     assert "llama" in err.value.detail and "deepseek_v3" in err.value.detail
     assert "qwen" in SUPPORTED_MODEL_TYPES
 

@@ -32,6 +32,7 @@ from torch import nn
 
 from service.catalog.model_catalog import load_model_catalog
 from service.estimator.model import count_parameters, read_config
+from service.estimator.model.families import WRAPPER_TEXT_TYPES
 
 pytestmark = pytest.mark.reference
 
@@ -42,13 +43,16 @@ def _component(name: str) -> str:
     """Component of a parameter, from its module path alone (independent of the estimator)."""
     parts = name.split(".")
     owner = parts[-2] if len(parts) > 1 else ""
-    if "vision_tower" in parts or "multi_modal_projector" in parts:
+    ffn = "mlp" in parts or "feed_forward" in parts
+    if {"vision_tower", "vision_model", "multi_modal_projector"} & set(parts):
         return "vision"
-    if "embed_tokens" in parts or "wte" in parts:
+    if {"embed_tokens", "wte", "word_embeddings"} & set(parts):
         return "embeddings"
-    if parts[0] == "lm_head":
+    if "lm_head" in parts:
         return "lm_head"
     if "norm" in owner or owner.startswith("ln_") or owner.endswith("layernorm"):
+        return "norms"
+    if any(p.endswith("layernorm") for p in parts[:-1]):  # StableLM's per-head q/k norms
         return "norms"
     if "experts" in parts and "shared_experts" not in parts:
         return "experts"
@@ -56,11 +60,11 @@ def _component(name: str) -> str:
         return "router"
     if "shared_expert" in parts or "shared_experts" in parts:
         return "shared_experts"
-    if owner in ("gate", "router") and "mlp" in parts:
+    if owner in ("gate", "router") and ffn:
         return "router"
-    if "self_attn" in parts:
+    if {"self_attn", "self_attention", "linear_attn"} & set(parts):
         return "attention"
-    if "mlp" in parts:
+    if ffn:
         return "mlp"
     raise AssertionError(f"unmapped parameter {name}")
 
@@ -72,11 +76,14 @@ def _hf_config(config: dict[str, Any]) -> Any:
     cfg.pop("mm_tokens_per_image", None)
     if "text_config" in cfg:
         inner = cfg.pop("text_config")
-        inner.setdefault("model_type", "gemma3_text")
+        inner.setdefault("model_type", WRAPPER_TEXT_TYPES[cfg["model_type"]])
         if "tie_word_embeddings" in cfg:
             inner.setdefault("tie_word_embeddings", cfg["tie_word_embeddings"])
         cfg = inner
-    model_type = cfg.pop("model_type")
+    # The type the estimator resolved: a config whose model_type transformers does not know
+    # (Kimi-K2's kimi_k2) is built as the class its architectures names.
+    model_type = read_config(cfg).model_type
+    cfg.pop("model_type")
     return transformers.AutoConfig.for_model(model_type, **cfg)
 
 
@@ -171,6 +178,94 @@ _DEEPSEEK = {
     "num_key_value_heads": 8,
 }
 
+
+def _without_kv(config: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in config.items() if k != "num_key_value_heads"}
+
+
+_LLAMA4 = {
+    "head_dim": 32,
+    "intermediate_size": 64,
+    "intermediate_size_mlp": 128,
+    "num_local_experts": 4,
+    "num_experts_per_tok": 1,
+    "attention_chunk_size": 64,
+}
+_QWEN3_NEXT = {
+    "head_dim": 32,
+    "num_experts": 8,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 64,
+    "shared_expert_intermediate_size": 96,
+    "linear_num_key_heads": 2,
+    "linear_num_value_heads": 4,
+    "linear_key_head_dim": 16,
+    "linear_value_head_dim": 24,
+    "linear_conv_kernel_dim": 4,
+}
+_GLM4_MOE = {
+    "head_dim": 32,
+    "n_routed_experts": 8,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 64,
+    "n_shared_experts": 2,
+    "first_k_dense_replace": 2,
+    "partial_rotary_factor": 0.5,
+    "num_nextn_predict_layers": 1,
+}
+
+# Families added for issue 16, each in the variants its config flags select.
+NEW_FAMILY_CASES = {
+    "llama4_text-every-layer-moe-qk-norm": _small("llama4_text", **_LLAMA4, use_qk_norm=True),
+    "llama4_text-interleaved-no-qk-norm": _small(
+        "llama4_text", **_LLAMA4, interleave_moe_layer_step=2, use_qk_norm=False
+    ),
+    "llama4_text-explicit-moe-and-rope-layers": _small(
+        "llama4_text", **_LLAMA4, moe_layers=[1, 4], no_rope_layers=[1, 0, 1, 1, 0, 1]
+    ),
+    "llama4_text-no-chunking-bias": _small(
+        "llama4_text", **{**_LLAMA4, "attention_chunk_size": None}, attention_bias=True
+    ),
+    "qwen3_next-interval-3": _small("qwen3_next", **_QWEN3_NEXT, full_attention_interval=3),
+    "qwen3_next-sparse-step-mlp-only-bias": _small(
+        "qwen3_next",
+        **_QWEN3_NEXT,
+        decoder_sparse_step=2,
+        mlp_only_layers=[3],
+        attention_bias=True,
+    ),
+    "glm4_moe-bias-qk-norm-mtp": _small(
+        "glm4_moe", **_GLM4_MOE, attention_bias=True, use_qk_norm=True
+    ),
+    "glm4_moe-plain": _small("glm4_moe", **{**_GLM4_MOE, "first_k_dense_replace": 0}),
+    "falcon-multi-query-parallel": _without_kv(
+        _small("falcon", multi_query=True, new_decoder_architecture=False, parallel_attn=True)
+    ),
+    "falcon-new-architecture-gqa": _without_kv(
+        _small("falcon", new_decoder_architecture=True, num_kv_heads=2, ffn_hidden_size=768)
+    ),
+    "falcon-new-architecture-one-norm": _without_kv(
+        _small("falcon", new_decoder_architecture=True, num_kv_heads=4, num_ln_in_parallel_attn=1)
+    ),
+    "falcon-sequential-mha-bias-untied": _without_kv(
+        _small(
+            "falcon",
+            multi_query=False,
+            parallel_attn=False,
+            bias=True,
+            tie_word_embeddings=False,
+        )
+    ),
+    "phi-mha": _without_kv(_small("phi", partial_rotary_factor=0.4)),
+    "phi-gqa-qk-layernorm": _small("phi", qk_layernorm=True),
+    "stablelm-qkv-bias-qk-norm-parallel": _small(
+        "stablelm", use_qkv_bias=True, qk_layernorm=True, use_parallel_residual=True
+    ),
+    "stablelm-plain": _small("stablelm"),
+    "olmo-bias": _small("olmo", attention_bias=True),
+    "olmo-mha-tied": _without_kv(_small("olmo", tie_word_embeddings=True)),
+}
+
 EDGE_CASES = {
     "llama-untied-biases": _small("llama", attention_bias=True, mlp_bias=True),
     "llama-tied-no-kv-key": {
@@ -260,6 +355,7 @@ EDGE_CASES = {
     "starcoder2-no-bias-untied": _small(
         "starcoder2", use_bias=False, tie_word_embeddings=False, sliding_window=64
     ),
+    **NEW_FAMILY_CASES,
 }
 
 
@@ -273,34 +369,99 @@ def test_every_supported_family_is_exercised() -> None:
 
     covered = {read_config(c).model_type for c in EDGE_CASES.values()}
     covered |= {p.values[0]["model_type"] for p in _CATALOG_CASES}
+    covered |= {c["model_type"] for c in _SMALL_WRAPPERS.values()}
     covered.add("gemma3")  # the wrapper, exercised through text_config above
     assert set(SUPPORTED_MODEL_TYPES) - {"qwen"} <= covered
 
 
+_WRAPPER_CLASSES = {
+    "gemma3": "Gemma3ForConditionalGeneration",
+    "llama4": "Llama4ForConditionalGeneration",
+    "mistral3": "Mistral3ForConditionalGeneration",
+}
+
+
+def _small_wrapper(model_type: str, text: dict[str, Any], vision: dict[str, Any]) -> Any:
+    return {"model_type": model_type, "torch_dtype": "bfloat16", "text_config": text,
+            "vision_config": vision}  # fmt: skip
+
+
+_SMALL_WRAPPERS = {
+    "llama4-wrapper": _small_wrapper(
+        "llama4",
+        _small("llama4_text", **_LLAMA4, interleave_moe_layer_step=2),
+        {
+            "model_type": "llama4_vision_model",
+            "hidden_size": 64,
+            "intermediate_size": 256,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "image_size": 56,
+            "patch_size": 14,
+            "vision_output_dim": 96,
+            "projector_input_dim": 96,
+            "projector_output_dim": 96,
+            "pixel_shuffle_ratio": 0.5,
+        },
+    ),
+    "mistral3-wrapper": {
+        **_small_wrapper(
+            "mistral3",
+            _small("mistral", head_dim=32, sliding_window=None),
+            {
+                "model_type": "pixtral",
+                "hidden_size": 64,
+                "intermediate_size": 128,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 4,
+                "head_dim": 16,
+                "image_size": 112,
+                "patch_size": 14,
+            },
+        ),
+        "spatial_merge_size": 2,
+        "multimodal_projector_bias": True,
+        "tie_word_embeddings": False,
+    },
+}
+
 _WRAPPERS = [
-    pytest.param(dict(e.config), id=e.id)
-    for e in _CATALOG.all()
-    if "vision_config" in e.config and e.id.endswith("-it")
+    *(
+        pytest.param(dict(e.config), id=e.id)
+        for e in _CATALOG.all()
+        if "vision_config" in e.config and e.base is None
+    ),
+    *(pytest.param(c, id=k) for k, c in _SMALL_WRAPPERS.items()),
 ]
+
+
+def _build_wrapper(config: dict[str, Any]) -> nn.Module:
+    cfg = copy.deepcopy(config)
+    cfg.pop("quantization_config", None)
+    model_type = cfg.pop("model_type")
+    # transformers 5 ties a wrapper's lm_head by the top-level flag (Mistral3Config defaults it
+    # to true) but un-ties it at load when the checkpoint stores both matrices; on the meta
+    # device only the flag speaks, so give it the language model's own (False for mistral).
+    cfg.setdefault("tie_word_embeddings", read_config(config).tie_word_embeddings)
+    hf_config = transformers.AutoConfig.for_model(model_type, **cfg)
+    with torch.device("meta"):
+        return getattr(transformers, _WRAPPER_CLASSES[model_type])(hf_config)
 
 
 @pytest.mark.parametrize("config", _WRAPPERS)
 def test_multimodal_wrapper_matches_transformers(config: dict[str, Any]) -> None:
-    """The whole Gemma3ForConditionalGeneration (language model, SigLIP tower, projector)."""
-    cfg = copy.deepcopy(config)
-    cfg.pop("model_type")
-    with torch.device("meta"):
-        model = transformers.Gemma3ForConditionalGeneration(transformers.Gemma3Config(**cfg))
+    """The whole wrapper (language model, vision tower, projector) built by transformers."""
+    model = _build_wrapper(config)
     expected: Counter[str] = Counter()
     for name, p in model.named_parameters():
         expected[_component(name)] += p.numel()
-    counts = count_parameters(read_config(config))
+    arch = read_config(config)
+    counts = count_parameters(arch)
     assert counts.total == sum(p.numel() for p in model.parameters())
     assert dict(counts.by_component) == dict(expected)
-    arch = read_config(config)
     hf_vision: Counter[tuple[str, int, int, bool]] = Counter()
     for name, module in model.named_modules():
-        if isinstance(module, nn.Linear) and "vision_tower" in name:
+        if isinstance(module, nn.Linear) and _component(name + ".weight") == "vision":
             key = re.sub(r"\.\d+\.", ".{i}.", name)
             hf_vision[(key, module.in_features, module.out_features, module.bias is not None)] += 1
     mine: Counter[tuple[str, int, int, bool]] = Counter()
