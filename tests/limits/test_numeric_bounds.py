@@ -163,3 +163,12 @@ def test_a_huge_config_value_is_not_echoed_back(client: TestClient) -> None:
     assert r.status_code == 422
     assert len(r.content) < 4096  # the value is cut, not echoed (twice) in full
     assert r.json()["errors"][0]["field"] == "model_type"
+
+
+def test_a_huge_class_name_is_refused_not_echoed(client: TestClient) -> None:
+    # A config the generic reader would otherwise accept, with a 500 kB class name.
+    config = {**LLAMA_CONFIG, "model_type": "newdecoder", "architectures": ["Y" * 500_000]}
+    r = client.post("/v1/estimate/inference", json={"hf_config": config})
+    assert r.status_code == 422
+    assert len(r.content) < 4096
+    assert r.json()["errors"][0]["field"] == "architectures"

@@ -20,6 +20,7 @@ from service.estimator.model.config_reader import (
     Bounds,
     ConfigReader,
     check_int,
+    identifier,
     str_tuple,
 )
 from service.estimator.model.families import (
@@ -87,6 +88,7 @@ def read_config(config: Mapping[str, Any]) -> Architecture:
         raise InvalidConfig("config is missing model_type", field="model_type")
     if not isinstance(model_type, str):
         raise InvalidConfig("model_type must be a string", field="model_type")
+    identifier(model_type, "model_type")
     if text is None and model_type in WRAPPER_TEXT_TYPES:
         raise InvalidConfig(
             f"a {model_type} config must carry its language model in text_config",
@@ -306,7 +308,9 @@ def _build(r: ConfigReader, wrapper: str | None) -> Architecture:
         fused_qkv=family.attention in (Attention.FUSED_QKV, Attention.QWEN_C_ATTN),
         fused_gate_up=family.mlp is Mlp.FUSED_GATE_UP,
         wrapper_model_type=wrapper,
-        architectures=str_tuple(archs, "architectures") if archs is not None else (),
+        architectures=tuple(
+            identifier(a, "architectures") for a in str_tuple(archs, "architectures")
+        ),
         assumptions=tuple(r.assumptions),
         rope_scaling_factor=_rope_scaling_factor(r),
         **_rope_spec(r),

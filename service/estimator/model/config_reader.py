@@ -18,7 +18,16 @@ from typing import Any
 from service.estimator.errors import InvalidConfig
 from service.estimator.model.families import Family, Flag
 
-__all__ = ["ALIASES", "Bounds", "ConfigReader", "check_int", "module_pattern_matches", "str_tuple"]
+__all__ = [
+    "ALIASES",
+    "MAX_IDENTIFIER_CHARS",
+    "Bounds",
+    "ConfigReader",
+    "check_int",
+    "identifier",
+    "module_pattern_matches",
+    "str_tuple",
+]
 
 
 class Bounds:
@@ -70,6 +79,22 @@ def check_int(value: Any, key: str, low: int, high: int) -> int:
     if number < low or number > high:
         raise InvalidConfig(f"{key} must be between {low} and {high}, got {number}", field=key)
     return number
+
+
+# Longest identifier (a model_type, a class name in architectures) read: real ones are tens of
+# characters, and an identifier is echoed back in answers and problems.
+MAX_IDENTIFIER_CHARS = 128
+
+
+def identifier(value: str, key: str) -> str:
+    """``value`` if it is short enough to be a config identifier, else InvalidConfig."""
+    if len(value) > MAX_IDENTIFIER_CHARS:
+        raise InvalidConfig(
+            f"{key} is {len(value)} characters long; an identifier has at most "
+            f"{MAX_IDENTIFIER_CHARS}",
+            field=key,
+        )
+    return value
 
 
 def str_tuple(value: Any, key: str) -> tuple[str, ...]:
