@@ -62,6 +62,7 @@ def finetune_request(body: FinetuneRequestBody) -> FinetuneRequest:
         sequence_length=body.sequence_length,
         gradient_checkpointing=body.gradient_checkpointing,
         attention=body.attention,
+        loss_implementation=body.loss_implementation,
         gpu_count=body.gpu_count,
         zero_stage=body.zero_stage,
         offload_optimizer=body.offload_optimizer,
