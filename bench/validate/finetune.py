@@ -566,6 +566,87 @@ PUBLISHED_EXCLUSIONS: tuple[tuple[str, str], ...] = (
 
 
 # --------------------------------------------------------------------------------------
+# Sharded training: FSDP2 per-rank peaks from the reference tracer
+# --------------------------------------------------------------------------------------
+
+FSDP_DATA = HERE / "data" / "fsdp_tracer.jsonl"
+
+
+def fsdp_records() -> list[dict[str, object]]:
+    if not FSDP_DATA.exists():
+        return []
+    return [json.loads(ln) for ln in FSDP_DATA.read_text().splitlines() if ln.strip()]
+
+
+def fsdp_request(rec: dict[str, object], sharding: str = "fsdp2") -> FinetuneRequest:
+    """The tracer's run as a request: full fine-tuning in pure bf16 (no mixed-precision
+    policy), AdamW without foreach, ZeRO-3 / FULL_SHARD over ``world`` GPUs."""
+    flags = {str(f) for f in rec["flags"]}  # type: ignore[attr-defined]
+    return FinetuneRequest(
+        architecture=read_config(rec["config"]),  # type: ignore[arg-type]
+        method="full",
+        precision="bf16",
+        optimizer="adamw",
+        optimizer_foreach=False,
+        batch_size=int(rec["batch"]),  # type: ignore[call-overload]
+        sequence_length=int(rec["seq"]),  # type: ignore[call-overload]
+        gradient_checkpointing="full" if "gc" in flags else "none",
+        attention="sdpa",
+        gpu_count=int(rec["world"]),  # type: ignore[call-overload]
+        zero_stage=3,
+        sharding_implementation=sharding,
+    )
+
+
+def fsdp_cases(sharding: str = "fsdp2") -> list[Case]:
+    out = []
+    for rec in fsdp_records():
+        est = estimate_finetune(fsdp_request(rec, sharding))
+        measured = rec["tracer"]["peak"]["Total"]  # type: ignore[index]
+        out.append(
+            Case(
+                str(rec["id"]),
+                float(measured),
+                _num(est.details["allocated_peak_bytes"]),
+                "per-rank allocated peak",
+            )
+        )
+    return out
+
+
+def _fsdp_section() -> list[str]:
+    recs = fsdp_records()
+    if not recs:
+        return []
+    fsdp2, deepspeed = fsdp_cases("fsdp2"), fsdp_cases("deepspeed")
+    s2, sd = summarize(fsdp2), summarize(deepspeed)
+    versions = recs[0]["versions"]
+    lines = [
+        "### Sharded training: FSDP2 per-rank peaks (reference tracer)",
+        "",
+        "`fully_shard` on every decoder layer and on the root, over a fake process group of "
+        "`world` ranks, under fake tensors (`fsdp_peak.py`, torch "
+        f"{versions['torch']}, transformers {versions['transformers']}; "  # type: ignore[index]
+        "commands in `bench/validate/data/fsdp_tracer.jsonl`); full fine-tuning, pure bf16, "
+        "AdamW without foreach, compared with `zero_stage: 3` per-GPU allocated peaks. "
+        f"`sharding_implementation: fsdp2`: median |error| {s2.median_abs:.1%}, worst "
+        f"{s2.worst_abs:.1%}; the DeepSpeed layout on the same runs: median "
+        f"{sd.median_abs:.1%}, worst {sd.worst_abs:.1%}.",
+        "",
+        "| run | world | traced GiB | fsdp2 GiB | error | deepspeed GiB | error |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for rec, a, b in zip(recs, fsdp2, deepspeed, strict=True):
+        lines.append(
+            f"| {_cell(a.name)} | {rec['world']} | {a.measured / 2**30:.2f} | "
+            f"{a.estimated / 2**30:.2f} | {a.error:+.1%} | {b.estimated / 2**30:.2f} | "
+            f"{b.error:+.1%} |"
+        )
+    lines.append("")
+    return lines
+
+
+# --------------------------------------------------------------------------------------
 # Loss paths: Unsloth's HF + FA2 QLoRA baseline, max context per GPU size (held out)
 # --------------------------------------------------------------------------------------
 
@@ -772,11 +853,17 @@ def summarize(cases: list[Case]) -> Summary:
     )
 
 
+def _cell(text: str) -> str:
+    """``text`` safe inside a markdown table cell (run ids hold '|')."""
+    return text.replace("|", "\\|")
+
+
 def _table(cases: list[Case]) -> list[str]:
     lines = ["| case | measured GiB | estimated GiB | error |", "|---|---:|---:|---:|"]
     for c in cases:
         lines.append(
-            f"| {c.name} | {c.measured / 2**30:.2f} | {c.estimated / 2**30:.2f} | {c.error:+.1%} |"
+            f"| {_cell(c.name)} | {c.measured / 2**30:.2f} | {c.estimated / 2**30:.2f} "
+            f"| {c.error:+.1%} |"
         )
     return lines
 
@@ -818,6 +905,7 @@ def report() -> str:
         *_table(tr),
         "",
         *_unsloth_section(),
+        *_fsdp_section(),
         "### Published measurements",
         "",
         *_table(pub),

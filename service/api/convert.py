@@ -65,6 +65,7 @@ def finetune_request(body: FinetuneRequestBody) -> FinetuneRequest:
         loss_implementation=body.loss_implementation,
         gpu_count=body.gpu_count,
         zero_stage=body.zero_stage,
+        sharding_implementation=body.sharding_implementation,
         offload_optimizer=body.offload_optimizer,
         offload_parameters=body.offload_parameters,
         tensor_parallel_size=body.tensor_parallel_size,

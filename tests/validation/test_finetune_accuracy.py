@@ -193,3 +193,28 @@ def test_unsloth_per_token_cost_within_ten_percent_with_the_legacy_path(unsloth)
     today = v.unsloth_reserved_slope(arch, "transformers")
     assert abs(legacy / measured - 1) <= 0.10
     assert abs(today / measured - 1) > 0.15
+
+
+def test_fsdp2_traces_cover_world_sizes_and_checkpointing():
+    records = v.fsdp_records()
+    assert records, "bench/validate/data/fsdp_tracer.jsonl is missing or empty"
+    assert {r["world"] for r in records} >= {2, 4, 8}
+    assert {bool(r["flags"]) for r in records} == {True, False}
+    assert all(r["command"].startswith("python fsdp_peak.py") for r in records)
+
+
+def test_fsdp2_per_rank_peaks():
+    # The fsdp2 layout (root gathered through forward and backward, one layer's all-gather
+    # buffer) against the traced per-rank peaks at every world size: within 0.1% where the
+    # peak is at the start of backward; with checkpointing on Qwen2.5-7B the traced peak is
+    # late in backward (most sharded gradients, the root's unsharded lm_head gradient, a
+    # reduce-scatter buffer and a recomputed layer at once), a phase not modelled: up to 8%
+    # under there. The DeepSpeed layout on the same runs is worse on every run.
+    fsdp2, deepspeed = v.fsdp_cases("fsdp2"), v.fsdp_cases("deepspeed")
+    assert v.summarize(fsdp2).median_abs <= 0.01
+    worst = max(fsdp2, key=lambda c: abs(c.error))
+    assert abs(worst.error) <= 0.10, f"{worst.name}: {worst.error:+.1%}"
+    for a, b in zip(fsdp2, deepspeed, strict=True):
+        assert a.name == b.name and abs(a.error) < abs(b.error)
+        if "gc" not in a.name:
+            assert abs(a.error) <= 0.001, a.name

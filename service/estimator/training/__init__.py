@@ -17,6 +17,7 @@ from service.estimator.training.loss import LOSS_IMPLEMENTATIONS
 from service.estimator.training.optimizers import OPTIMIZERS
 from service.estimator.training.precision import PRECISIONS
 from service.estimator.training.request import METHODS, FinetuneRequest
+from service.estimator.training.sharding import SHARDING_IMPLEMENTATIONS
 
 __all__ = [
     "ATTENTION",
@@ -26,6 +27,7 @@ __all__ = [
     "METHODS",
     "OPTIMIZERS",
     "PRECISIONS",
+    "SHARDING_IMPLEMENTATIONS",
     "FinetuneRequest",
     "LoraSpec",
     "estimate_finetune",

@@ -39,7 +39,8 @@ class FinetuneRequest:
     ``quantized_base_saves_inputs`` (QLoRA only): the quantized base linears keep their input
     for backward, as bitsandbytes did before 0.43.2 (July 2024); recent versions do not.
     ``loss_implementation``: the code that computes the logits and the cross entropy
-    (:mod:`.loss`).
+    (:mod:`.loss`). ``sharding_implementation``: DeepSpeed ZeRO or PyTorch FSDP2
+    (:mod:`.sharding`).
     """
 
     architecture: Architecture | None
@@ -63,6 +64,7 @@ class FinetuneRequest:
     sequence_parallel: bool = False
     quantized_base_saves_inputs: bool = False
     loss_implementation: str = "transformers"
+    sharding_implementation: str = "deepspeed"
 
     @property
     def arch(self) -> Architecture:
@@ -108,7 +110,13 @@ def positive(value: object, name: str) -> int:
 
 def sharding_of(req: FinetuneRequest) -> Sharding:
     dp = req.gpu_count // req.model_parallel_size
-    return Sharding(dp, req.zero_stage, req.offload_optimizer, req.offload_parameters)
+    return Sharding(
+        dp,
+        req.zero_stage,
+        req.offload_optimizer,
+        req.offload_parameters,
+        req.sharding_implementation,
+    )
 
 
 def validate(req: FinetuneRequest) -> None:

@@ -302,6 +302,30 @@ def _weight_copies(
     return copies
 
 
+def _gathered_numel(arch: Architecture, where: _Placement) -> tuple[int, int]:
+    """(parameters of the stage's largest decoder layer, of the root module's own tensors:
+    embeddings, an untied lm_head, the final norm): what FSDP2 gathers as one unit."""
+    per_layer: dict[int, int] = {}
+    root = 0
+    for m in arch.linear_modules:
+        if m.tied:
+            continue
+        if not m.layers:
+            root += m.params_per_instance * where.count(m.layers, m.component)
+        for i in m.layers:
+            if i in where.range:
+                per_layer[i] = per_layer.get(i, 0) + m.params_per_instance * m.per_layer
+    for g in arch.parameter_groups:
+        if g.is_buffer:
+            continue
+        if not g.layers:
+            root += g.numel * g.per_layer * where.count(g.layers, g.component)
+        for i in g.layers:
+            if i in where.range:
+                per_layer[i] = per_layer.get(i, 0) + g.numel * g.per_layer
+    return max(per_layer.values(), default=0), root
+
+
 def _loss_fixed(req: FinetuneRequest, dt: _Dtypes) -> tuple[int, int]:
     """The loss path's lm_head gradient allocated before backward reaches lm_head (fused
     paths), as (forward end, start of backward) bytes on the last stage."""
@@ -370,6 +394,8 @@ def _stage_state(
         tensors.largest_layer // tp * (dt.compute if sharded else dt.trainable_weight)
     )
     bucket = arch.hidden_size * arch.hidden_size * (dt.adapter if req.is_lora else dt.gradient)
+    gathered = dt.compute if sharded else dt.trainable_weight
+    decoder_layer, root = _gathered_numel(arch, where)
     sh = shard_state(
         sharding,
         weights=tensors.weights,
@@ -379,6 +405,8 @@ def _stage_state(
         update_temp=foot.update_temp_bytes,
         layer_param_bytes=layer_param_bytes,
         bucket_bytes=bucket,
+        decoder_layer_bytes=decoder_layer // tp * gathered,
+        root_param_bytes=root // tp * gathered,
     )
     tied_transient = 0
     if arch.tie_word_embeddings and req.method == "full" and pp == 1:
