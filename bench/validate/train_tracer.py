@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from service.catalog.model_catalog import load_model_catalog
 
@@ -249,10 +250,10 @@ CONFIGS: dict[str, dict[str, object]] = {
 }
 
 # Grid points: (model, decoder layers or None for the model's own depth, seq, batch, flags).
-# Flags: gc, lora, mixed, eager, fused. Depth is cut to 2-3 layers (widths, heads and
-# vocabulary stay those of the real model) so a run takes seconds on a CPU; the estimator is
-# checked against the same shallow config, and every per-layer term is still exercised. The
-# first seven points are full-depth runs kept from the first data set.
+# Flags: gc, lora, mixed, eager, fused, loss-legacy, loss-chunked. Depth is cut to 2-3 layers
+# (widths, heads and vocabulary stay those of the real model) so a run takes seconds on a CPU;
+# the estimator is checked against the same shallow config, and every per-layer term is still
+# exercised. The first seven points are full-depth runs kept from the first data set.
 GRID: list[tuple[str, int | None, int, int, tuple[str, ...]]] = [
     ("meta-llama/Llama-3.2-1B", None, 2048, 1, ()),
     ("meta-llama/Llama-3.2-1B", None, 2048, 1, ("mixed",)),
@@ -318,7 +319,92 @@ GRID: list[tuple[str, int | None, int, int, tuple[str, ...]]] = [
     ("mistralai/Mixtral-8x7B-v0.1", 2, 1024, 1, ()),
     ("mistralai/Mixtral-8x7B-v0.1", 2, 4096, 2, ("gc", "fused")),
     ("mistralai/Mixtral-8x7B-v0.1", 2, 2048, 1, ("lora",)),
+    # Loss paths (the harness variants above): transformers 4.44's and torchtune's chunked
+    ("meta-llama/Llama-3.2-1B", 2, 4096, 1, ("loss-legacy",)),
+    ("meta-llama/Llama-3.2-1B", 2, 4096, 1, ("gc", "lora", "loss-legacy")),
+    ("meta-llama/Llama-3.2-1B", 2, 2048, 2, ("loss-legacy", "mixed")),
+    ("Qwen/Qwen2.5-0.5B", 2, 4096, 1, ("loss-legacy",)),
+    ("meta-llama/Llama-3.1-8B", 2, 8192, 1, ("gc", "lora", "loss-legacy")),
+    ("meta-llama/Llama-3.2-1B", 2, 4096, 1, ("loss-chunked",)),
+    ("meta-llama/Llama-3.2-1B", 2, 4096, 1, ("gc", "lora", "loss-chunked")),
+    ("meta-llama/Llama-3.2-1B", 2, 2048, 2, ("loss-chunked", "mixed")),
+    ("Qwen/Qwen2.5-0.5B", 2, 4096, 2, ("gc", "loss-chunked")),
 ]
+
+
+# ---------------------------------------------------------------------------------------
+# Loss-path variants. The tracer runs transformers' current loss path; the flags
+# ``loss-legacy`` and ``loss-chunked`` run it with the model's forward replaced, before the
+# tracer builds the model, by one that computes the loss as an older or another library does
+# (written here from a reading of that library's source, named in each function):
+#
+# - legacy: transformers 4.44.2 ``LlamaForCausalLM.forward``: the logits are upcast to fp32 as
+#   soon as lm_head returns them and the output holds them; the loss takes a contiguous copy of
+#   the shifted logits and of the shifted labels and a mean cross entropy over them.
+# - chunked: torchtune 0.6 ``TransformerDecoder.chunked_output`` and
+#   ``CEWithChunkedOutputLoss`` (8 chunks): lm_head per chunk of the sequence, each chunk
+#   upcast and its summed cross entropy taken in turn, divided by the count of labels; the
+#   labels are shifted (torchtune's recipes shift labels, not logits), and the output holds no
+#   logits (the recipes delete them before backward).
+# ---------------------------------------------------------------------------------------
+
+LOSS_FLAGS = {"loss-legacy": "legacy", "loss-chunked": "chunked"}
+_TORCHTUNE_CHUNKS = 8
+
+
+def _legacy_forward(self: Any, input_ids: Any = None, labels: Any = None, **kwargs: Any) -> Any:
+    import torch.nn.functional as F
+    from transformers.modeling_outputs import CausalLMOutputWithPast
+
+    hidden = self.model(input_ids=input_ids, **kwargs).last_hidden_state
+    logits = self.lm_head(hidden).float()
+    loss = None
+    if labels is not None:
+        shifted = logits[..., :-1, :].contiguous()
+        targets = labels[..., 1:].contiguous()
+        loss = F.cross_entropy(shifted.view(-1, shifted.size(-1)), targets.view(-1))
+    return CausalLMOutputWithPast(loss=loss, logits=logits)
+
+
+def _chunked_forward(self: Any, input_ids: Any = None, labels: Any = None, **kwargs: Any) -> Any:
+    import torch
+    import torch.nn.functional as F
+    from transformers.modeling_outputs import CausalLMOutputWithPast
+
+    hidden = self.model(input_ids=input_ids, **kwargs).last_hidden_state
+    chunks = [self.lm_head(part) for part in hidden.chunk(_TORCHTUNE_CHUNKS, dim=1)]
+    targets = F.pad(labels[..., 1:], (0, 1), value=-100)
+    total: Any = 0.0
+    for logits, target in zip(chunks, targets.chunk(_TORCHTUNE_CHUNKS, dim=1), strict=True):
+        total = total + F.cross_entropy(
+            logits.reshape(-1, logits.size(-1)).float(),
+            target.reshape(-1),
+            ignore_index=-100,
+            reduction="sum",
+        )
+    del chunks
+    loss = total / torch.count_nonzero(targets != -100)
+    return CausalLMOutputWithPast(loss=loss, logits=None)
+
+
+def _patched_tracer(loss: str, argv: list[str]) -> None:
+    """Run the tracer script ``argv[0]`` with ``argv[1:]``, its models' loss path replaced."""
+    import runpy
+    import types
+
+    import transformers
+
+    forward = {"legacy": _legacy_forward, "chunked": _chunked_forward}[loss]
+    original = transformers.AutoModelForCausalLM.from_config
+
+    def from_config(*args: Any, **kwargs: Any) -> Any:
+        model = original(*args, **kwargs)
+        model.forward = types.MethodType(forward, model)
+        return model
+
+    transformers.AutoModelForCausalLM.from_config = from_config  # type: ignore[method-assign]
+    sys.argv = list(argv)
+    runpy.run_path(argv[0], run_name="__main__")
 
 
 def run_id(model: str, layers: int | None, seq: int, batch: int, flags: tuple[str, ...]) -> str:
@@ -340,8 +426,12 @@ def run_one(
     with tempfile.TemporaryDirectory() as tmp:
         cfg_path = Path(tmp) / "config.json"
         cfg_path.write_text(json.dumps(cfg))
+        loss = next((LOSS_FLAGS[f] for f in flags if f in LOSS_FLAGS), None)
+        prefix = [sys.executable]
+        if loss is not None:
+            prefix += ["-m", "bench.validate.train_tracer", "--patched-tracer", loss]
         cmd = [
-            sys.executable,
+            *prefix,
             str(TRACER),
             "--config",
             str(cfg_path),
@@ -357,7 +447,7 @@ def run_one(
             "fused" if "fused" in flags else "foreach",
         ]
         cmd += [f"--{f}" for f in ("gc", "lora", "mixed") if f in flags]
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=REPO)
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("{"))
     res = json.loads(line)
     res["args"].pop("config", None)
@@ -373,6 +463,9 @@ def run_one(
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--patched-tracer"]:
+        _patched_tracer(sys.argv[2], sys.argv[3:])
+        return
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--only", default="", help="run only grid points whose id contains this")
     ap.add_argument("--fresh", action="store_true", help="discard the committed data first")

@@ -41,6 +41,8 @@ Precision = Literal[training.PRECISIONS]  # type: ignore[valid-type]
 Optimizer = Literal[training.OPTIMIZERS]  # type: ignore[valid-type]
 Checkpointing = Literal[training.GRADIENT_CHECKPOINTING]  # type: ignore[valid-type]
 Attention = Literal[ATTENTION]  # type: ignore[valid-type]
+LossImplementation = Literal[training.LOSS_IMPLEMENTATIONS]  # type: ignore[valid-type]
+ShardingImplementation = Literal[training.SHARDING_IMPLEMENTATIONS]  # type: ignore[valid-type]
 EstimatorName = Literal["detailed", "simple"]
 
 # Bounds: generous for any real deployment, tight enough that no request is unbounded work.
@@ -350,8 +352,20 @@ class FinetuneRequestBody(ModelSelector):
     )
     gradient_checkpointing: Checkpointing = Field("none", description="Activation recomputation.")
     attention: Attention = Field("flash", description="Attention kernel.")
+    loss_implementation: LossImplementation = Field(
+        "transformers",
+        description="The code computing the logits and the cross entropy: `transformers` "
+        "(>= 4.45), `transformers-legacy` (< 4.45: fp32 logits and a shifted copy), `chunked` "
+        "(torchtune's chunked cross entropy), `liger` (fused linear cross entropy), "
+        "`cut-cross-entropy` (Apple's CCE).",
+    )
     gpu_count: int = Field(1, ge=1, le=MAX_GPUS, description="Data-parallel GPUs.")
     zero_stage: Literal[0, 1, 2, 3] = Field(0, description="ZeRO / FSDP sharding stage.")
+    sharding_implementation: ShardingImplementation = Field(
+        "deepspeed",
+        description="Who shards: `deepspeed` (ZeRO stages 1-3, per-module gathers) or `fsdp2` "
+        "(PyTorch fully_shard per decoder layer and at the root; zero_stage 3 only).",
+    )
     offload_optimizer: bool = Field(False, description="Optimizer states in CPU memory.")
     offload_parameters: bool = Field(False, description="Parameters in CPU memory (ZeRO-3).")
     tensor_parallel_size: int = Field(1, ge=1, le=MAX_PARALLEL)

@@ -25,10 +25,9 @@ modeling code (Llama/Qwen/Mistral/Gemma/MoE families) and of peft's LoRA layers:
   saves) does not free them either: a checkpointed layer keeps, besides its input, one copy of
   each distinct tensor its quantized linears read (the attention-norm output, the attention
   output, the MLP-norm output, the MLP product; MLA's latents);
-- the loss path: 16-bit logits are returned (kept), upcast to fp32 for the cross entropy whose
-  log-softmax output is kept (so 6·V bytes per token in bf16); backward starts by allocating
-  two fp32 tensors of that size (8·V bytes per token); Gemma 2's final logit softcapping
-  keeps its tanh output too (2·V more);
+- the loss path (logits and cross entropy) depends on the trainer's implementation; each one
+  is in :mod:`.loss` (transformers >= 4.45 by default: 16-bit logits kept with the fp32
+  log-softmax, 6·V bytes per token in bf16, and 8·V at the start of backward);
 - AMP: autocast keeps a 16-bit copy of every linear weight it cast, saved for backward.
 
 Gradient checkpointing (HF, per decoder layer, non-reentrant): ``full`` keeps each layer's
@@ -52,6 +51,7 @@ from dataclasses import dataclass
 from service.estimator.calibration import value
 from service.estimator.memo import memoized
 from service.estimator.model import Architecture, LinearModule, Reads
+from service.estimator.training.loss import LossShape, get_loss_path
 
 __all__ = [
     "ATTENTION",
@@ -90,6 +90,7 @@ class ActivationSetup:
     tp: int = 1
     sp: bool = False
     frozen_inputs_kept: bool = False  # frozen base linears keep their input (old bitsandbytes)
+    loss: str = "transformers"  # the loss path (:data:`.loss.LOSS_IMPLEMENTATIONS`)
 
 
 @dataclass(frozen=True)
@@ -340,17 +341,20 @@ def activation_coefficients(setup: ActivationSetup) -> ActivationCoefficients:
             lin.append(full_lin)
             quad.append(full_quad)
             recompute_lin = max(recompute_lin, t.work / tp)
-    # Final norm + lm_head input + loss tensors.
+    # Final norm + lm_head input + the loss path's tensors (:mod:`.loss`).
     head_trains = setup.base_trainable or "lm_head" in setup.lora_names
+    loss = get_loss_path(setup.loss).terms(
+        LossShape(
+            vocab=v / tp,
+            hidden=h,
+            compute_bytes=c,
+            head_trains=head_trains,
+            softcapping=arch.final_logit_softcapping is not None,
+        )
+    )
     head = _norm_kept(setup, h, setup.base_trainable, grad_flows)
-    if head_trains:
+    if head_trains and loss.reads_head_input:
         head += h * c
-    logits_bytes = c
-    head_v = v * (logits_bytes + _FP32) / tp  # 16-bit logits + fp32 log-softmax
-    if arch.final_logit_softcapping is not None:
-        head_v += v * c / tp  # final logit softcapping keeps tanh's output for backward
-    fw_transient = v * (_FP32 if c != _FP32 else 0) / tp  # the fp32 upcast, freed after the loss
-    bw_transient = v * 2 * _FP32 / tp
     # Autocast's 16-bit copies of linear weights (frozen ones too: backward needs them).
     copies = 0
     if setup.autocast:
@@ -363,9 +367,9 @@ def activation_coefficients(setup: ActivationSetup) -> ActivationCoefficients:
     return ActivationCoefficients(
         layer_lin=tuple(lin),
         layer_quad=tuple(quad),
-        head_kept=head / sp_div + head_v,
-        fw_transient=fw_transient,
-        bw_transient=bw_transient,
+        head_kept=head / sp_div + loss.kept,
+        fw_transient=loss.fw_transient,
+        bw_transient=loss.bw_transient,
         recompute_lin=recompute_lin,
         recompute_quad=recompute_quad,
         weight_copies=copies,

@@ -37,8 +37,8 @@ def _stage_phases(stg: StageState, b: int, s: int) -> tuple[str, int, dict[str, 
     bss = bs * s
     kept = stg.lin * bs + stg.quad * bss + stg.head * bs + stg.weight_copies
     base = stg.weights + stg.buffers
-    fw = kept + stg.fw_transient * bs
-    bw = kept + stg.bw_transient * bs
+    fw = kept + stg.fw_transient * bs + stg.loss_fw_fixed
+    bw = kept + stg.bw_transient * bs + stg.loss_bw_fixed
     recompute = kept - stg.head * bs + stg.recompute_lin * bs + stg.recompute_quad * bss
     act_fb = max(fw, bw, recompute)
     fb_total = base + stg.states + act_fb

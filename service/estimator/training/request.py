@@ -9,6 +9,7 @@ from service.estimator.formats import QLORA_FORMATS, get_format
 from service.estimator.model import Architecture
 from service.estimator.training.activations import ATTENTION, GRADIENT_CHECKPOINTING
 from service.estimator.training.lora import LoraSpec, validate_lora
+from service.estimator.training.loss import LOSS_IMPLEMENTATIONS
 from service.estimator.training.optimizers import OPTIMIZERS
 from service.estimator.training.precision import PRECISIONS
 from service.estimator.training.sharding import Sharding, validate_sharding
@@ -37,6 +38,9 @@ class FinetuneRequest:
     freeze fine-tuning keep the whole model in the precision's weight dtype.
     ``quantized_base_saves_inputs`` (QLoRA only): the quantized base linears keep their input
     for backward, as bitsandbytes did before 0.43.2 (July 2024); recent versions do not.
+    ``loss_implementation``: the code that computes the logits and the cross entropy
+    (:mod:`.loss`). ``sharding_implementation``: DeepSpeed ZeRO or PyTorch FSDP2
+    (:mod:`.sharding`).
     """
 
     architecture: Architecture | None
@@ -59,6 +63,8 @@ class FinetuneRequest:
     pipeline_parallel_size: int = 1
     sequence_parallel: bool = False
     quantized_base_saves_inputs: bool = False
+    loss_implementation: str = "transformers"
+    sharding_implementation: str = "deepspeed"
 
     @property
     def arch(self) -> Architecture:
@@ -104,7 +110,13 @@ def positive(value: object, name: str) -> int:
 
 def sharding_of(req: FinetuneRequest) -> Sharding:
     dp = req.gpu_count // req.model_parallel_size
-    return Sharding(dp, req.zero_stage, req.offload_optimizer, req.offload_parameters)
+    return Sharding(
+        dp,
+        req.zero_stage,
+        req.offload_optimizer,
+        req.offload_parameters,
+        req.sharding_implementation,
+    )
 
 
 def validate(req: FinetuneRequest) -> None:
@@ -115,6 +127,7 @@ def validate(req: FinetuneRequest) -> None:
     _choice(req.optimizer, OPTIMIZERS, "optimizer")
     _choice(req.gradient_checkpointing, GRADIENT_CHECKPOINTING, "gradient_checkpointing")
     _choice(req.attention, ATTENTION, "attention")
+    _choice(req.loss_implementation, LOSS_IMPLEMENTATIONS, "loss_implementation")
     positive(req.batch_size, "batch_size")
     positive(req.sequence_length, "sequence_length")
     gpus = positive(req.gpu_count, "gpu_count")

@@ -13,6 +13,19 @@ Buffers the sharded stages need on each GPU:
   (two decoder layers' parameters in the compute dtype; HF sets the prefetch bucket to
   ``0.9·hidden²``, below one layer of any real model), plus the same reduce bucket.
 
+``sharding_implementation: fsdp2`` (PyTorch's ``fully_shard``, zero_stage 3 only; read from
+torch 2.13 ``distributed/fsdp/_fully_shard/``: ``_fsdp_state.py``, ``_fsdp_param_group.py``,
+``_fsdp_collectives.py``), wrapped per decoder layer and at the root as the HF/accelerate
+FSDP2 recipes do: parameters, gradients and optimizer states are sharded (each tensor padded
+to a multiple of the world size along its first dimension); a decoder layer's parameters are
+all-gathered into one flat buffer for its forward and again for its backward, and freed
+after; the root module's own parameters (embeddings, lm_head, final norm) are all-gathered at
+the first forward and not resharded until after backward (``post_forward_mesh_info = None``
+for the root: "for training, the parameters would be all-gathered immediately for
+backward"). The reference tracer's per-rank peaks (bench/validate/data/fsdp_tracer.jsonl)
+hold exactly one gathered layer besides the root at the step's peak; on a GPU the next layer's
+all-gather can be issued before the current one is freed, which this does not count.
+
 CPU offload (ZeRO-Offload / ZeRO-Infinity to CPU): ``offload_optimizer`` moves the states and
 the master copy, and the fp32 gradient partition the CPU optimizer reads, to host memory; the
 update runs on the CPU (no GPU update transient). ``offload_parameters`` (stage 3 only) moves
@@ -26,7 +39,15 @@ from dataclasses import dataclass
 from service.estimator.errors import InvalidRequest
 from service.estimator.units import cdiv
 
-__all__ = ["ShardedState", "Sharding", "shard_state", "validate_sharding"]
+__all__ = [
+    "SHARDING_IMPLEMENTATIONS",
+    "ShardedState",
+    "Sharding",
+    "shard_state",
+    "validate_sharding",
+]
+
+SHARDING_IMPLEMENTATIONS: tuple[str, ...] = ("deepspeed", "fsdp2")
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +56,7 @@ class Sharding:
     zero_stage: int
     offload_optimizer: bool
     offload_parameters: bool
+    implementation: str = "deepspeed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +89,18 @@ def validate_sharding(gpu_count: int, sharding: Sharding) -> None:
         )
     if sharding.offload_parameters and sharding.zero_stage != 3:
         raise InvalidRequest("offload_parameters needs zero_stage 3", field="offload_parameters")
+    if sharding.implementation not in SHARDING_IMPLEMENTATIONS:
+        raise InvalidRequest(
+            f"sharding_implementation must be one of {', '.join(SHARDING_IMPLEMENTATIONS)}; "
+            f"got {str(sharding.implementation)[:40]!r}",
+            field="sharding_implementation",
+        )
+    if sharding.implementation == "fsdp2" and sharding.zero_stage not in (0, 3):
+        raise InvalidRequest(
+            "sharding_implementation fsdp2 (fully_shard) shards parameters, gradients and "
+            "optimizer states together: use zero_stage 3, or deepspeed for stages 1 and 2",
+            field="sharding_implementation",
+        )
 
 
 def shard_state(
@@ -79,12 +113,16 @@ def shard_state(
     update_temp: int,
     layer_param_bytes: int,
     bucket_bytes: int,
+    decoder_layer_bytes: int = 0,
+    root_param_bytes: int = 0,
 ) -> ShardedState:
     """Per-GPU bytes of one model-parallel rank's state under ``plan``.
 
     ``weights`` all parameter bytes the rank holds (frozen ones included); only
     ``trainable_weights`` of them are sharded by stage 3 together with the frozen ones (ZeRO-3
     partitions every parameter). ``optimizer_states`` includes a master copy if any.
+    ``decoder_layer_bytes`` / ``root_param_bytes`` (fsdp2): the largest decoder layer's and
+    the root module's own parameters, as gathered.
     """
     dp = sharding.dp
     stage = sharding.zero_stage
@@ -96,7 +134,12 @@ def shard_state(
     if stage >= 2:
         g = cdiv(gradients, dp)
         buf += min(bucket_bytes, gradients)
-    if stage == 3:
+    if stage == 3 and sharding.implementation == "fsdp2":
+        # fully_shard: the root's parameters gathered through forward and backward, one
+        # decoder layer's flat all-gather buffer; gradients reduce-scattered per layer.
+        w = cdiv(weights, dp)
+        buf = root_param_bytes + decoder_layer_bytes
+    elif stage == 3:
         w = cdiv(weights, dp)
         buf += min(2 * layer_param_bytes, weights)
     if sharding.offload_optimizer:

@@ -28,6 +28,7 @@ from service.estimator.training.activations import (
     activation_coefficients,
 )
 from service.estimator.training.lora import adapter_parameters, lora_targets, module_rank
+from service.estimator.training.loss import get_loss_path
 from service.estimator.training.optimizers import TensorGroup, get_optimizer, optimizer_footprint
 from service.estimator.training.precision import ADAPTER_DTYPE, Precision, get_precision
 from service.estimator.training.request import FinetuneRequest, sharding_of
@@ -54,6 +55,8 @@ class StageState:
     head: float  # per b·s, last stage only
     fw_transient: float
     bw_transient: float
+    loss_fw_fixed: int  # the loss path's token-independent bytes at the forward's end
+    loss_bw_fixed: int  # ... and at the start of backward
     recompute_lin: float
     recompute_quad: float
     overhead_fixed: int
@@ -74,8 +77,8 @@ class StaticState:
         out = []
         for g in self.stages:
             k = g.weights + g.buffers + g.states + g.weight_copies
-            out.append((float(k), g.lin + g.head + g.fw_transient, g.quad))
-            out.append((float(k), g.lin + g.head + g.bw_transient, g.quad))
+            out.append((float(k + g.loss_fw_fixed), g.lin + g.head + g.fw_transient, g.quad))
+            out.append((float(k + g.loss_bw_fixed), g.lin + g.head + g.bw_transient, g.quad))
             out.append((float(k), g.lin + g.recompute_lin, g.quad + g.recompute_quad))
             out.append(
                 (float(g.weights + g.buffers + g.states + g.gradients + g.tied_transient), 0.0, 0.0)
@@ -299,6 +302,42 @@ def _weight_copies(
     return copies
 
 
+def _gathered_numel(arch: Architecture, where: _Placement) -> tuple[int, int]:
+    """(parameters of the stage's largest decoder layer, of the root module's own tensors:
+    embeddings, an untied lm_head, the final norm): what FSDP2 gathers as one unit."""
+    per_layer: dict[int, int] = {}
+    root = 0
+    for m in arch.linear_modules:
+        if m.tied:
+            continue
+        if not m.layers:
+            root += m.params_per_instance * where.count(m.layers, m.component)
+        for i in m.layers:
+            if i in where.range:
+                per_layer[i] = per_layer.get(i, 0) + m.params_per_instance * m.per_layer
+    for g in arch.parameter_groups:
+        if g.is_buffer:
+            continue
+        if not g.layers:
+            root += g.numel * g.per_layer * where.count(g.layers, g.component)
+        for i in g.layers:
+            if i in where.range:
+                per_layer[i] = per_layer.get(i, 0) + g.numel * g.per_layer
+    return max(per_layer.values(), default=0), root
+
+
+def _loss_fixed(req: FinetuneRequest, dt: _Dtypes) -> tuple[int, int]:
+    """The loss path's lm_head gradient allocated before backward reaches lm_head (fused
+    paths), as (forward end, start of backward) bytes on the last stage."""
+    if req.method != "full":  # only full fine-tuning trains lm_head's own weight
+        return 0, 0
+    arch = req.arch
+    numel = arch.vocab_size * arch.hidden_size // req.tensor_parallel_size
+    return get_loss_path(req.loss_implementation).fixed(
+        numel * dt.trainable_weight, numel * dt.compute
+    )
+
+
 def _activation_setup(
     req: FinetuneRequest,
     prec: Precision,
@@ -328,6 +367,7 @@ def _activation_setup(
         frozen_inputs_kept=(
             req.quantized_base_saves_inputs and dt.base_format.quantized and req.is_lora
         ),
+        loss=req.loss_implementation,
     )
 
 
@@ -354,6 +394,8 @@ def _stage_state(
         tensors.largest_layer // tp * (dt.compute if sharded else dt.trainable_weight)
     )
     bucket = arch.hidden_size * arch.hidden_size * (dt.adapter if req.is_lora else dt.gradient)
+    gathered = dt.compute if sharded else dt.trainable_weight
+    decoder_layer, root = _gathered_numel(arch, where)
     sh = shard_state(
         sharding,
         weights=tensors.weights,
@@ -363,6 +405,8 @@ def _stage_state(
         update_temp=foot.update_temp_bytes,
         layer_param_bytes=layer_param_bytes,
         bucket_bytes=bucket,
+        decoder_layer_bytes=decoder_layer // tp * gathered,
+        root_param_bytes=root // tp * gathered,
     )
     tied_transient = 0
     if arch.tie_word_embeddings and req.method == "full" and pp == 1:
@@ -370,8 +414,9 @@ def _stage_state(
         if req.zero_stage >= 2:
             tied_transient //= sharding.dp
     coef = activation_coefficients(_activation_setup(req, prec, dt, where, lora_names))
-    in_flight = pp - stage  # 1F1B: stage i holds pp - i micro-batches
     last = stage == pp - 1
+    loss_fw, loss_bw = _loss_fixed(req, dt) if last else (0, 0)
+    in_flight = pp - stage  # 1F1B: stage i holds pp - i micro-batches
     # CUDA context, workspaces and NCCL; a data-parallel group needs a communicator of its
     # own, priced like a tensor-parallel group within one node (ring buffers are per channel,
     # not per peer beyond the node's 8 NVLink peers).
@@ -393,6 +438,8 @@ def _stage_state(
         head=coef.head_kept if last else 0.0,
         fw_transient=coef.fw_transient if last else 0.0,
         bw_transient=coef.bw_transient if last else 0.0,
+        loss_fw_fixed=loss_fw,
+        loss_bw_fixed=loss_bw,
         recompute_lin=coef.recompute_lin,
         recompute_quad=coef.recompute_quad,
         overhead_fixed=overhead_fixed,
@@ -460,6 +507,8 @@ def _assumptions(req: FinetuneRequest, prec: str, dt: _Dtypes, paged: bool) -> l
         out.append("paged optimizer states resident on the GPU during the optimizer step only")
     if req.optimizer_foreach and req.optimizer in ("adam", "adamw", "rmsprop"):
         out.append("foreach optimizer: a parameter-sized temporary during step()")
+    loss = get_loss_path(req.loss_implementation)
+    out.append(f"loss_implementation {loss.name}: {loss.summary}")
     out.append(
         "gradients freed between steps (zero_grad(set_to_none=True)); no gradient accumulation "
         "buffers held across micro-batches"

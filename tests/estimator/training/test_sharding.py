@@ -1,0 +1,53 @@
+"""FSDP2 (fully_shard) per-GPU state: hand counts from torch's _fully_shard source."""
+
+import pytest
+
+from service.estimator.errors import InvalidRequest
+from service.estimator.training import FinetuneRequest, estimate_finetune
+from service.estimator.training.fit import prepare
+from tests.estimator.conftest import LLAMA_1B, catalog_architecture
+
+
+def _req(**kw):
+    base = dict(
+        architecture=catalog_architecture(LLAMA_1B),
+        method="full",
+        precision="bf16",
+        optimizer_foreach=False,
+        sequence_length=4096,
+        gpu_count=4,
+        zero_stage=3,
+        sharding_implementation="fsdp2",
+    )
+    base.update(kw)
+    return FinetuneRequest(**base)
+
+
+def test_fsdp2_gathers_the_root_and_one_decoder_layer():
+    # Llama-3.2-1B, bf16: the root's own parameters are the tied embedding (128256 × 2048)
+    # and the final norm (2048); one decoder layer is q, o (2048²), k, v (512 × 2048), gate,
+    # up, down (2048 × 8192) and two norms (2048).
+    h, kv, inter, vocab = 2048, 512, 8192, 128256
+    root = vocab * h + h
+    layer = 2 * h * h + 2 * kv * h + 3 * h * inter + 2 * h
+    assert prepare(_req()).stages[0].buffers == 2 * (root + layer)
+
+
+def test_fsdp2_shards_weights_and_states_by_the_world_size():
+    one = prepare(_req(gpu_count=2)).stages[0]
+    two = prepare(_req(gpu_count=4)).stages[0]
+    assert one.weights == pytest.approx(2 * two.weights, abs=8)
+    assert one.states == pytest.approx(2 * two.states, abs=16)
+
+
+def test_fsdp2_needs_zero_stage_3():
+    with pytest.raises(InvalidRequest) as exc:
+        estimate_finetune(_req(zero_stage=2))
+    assert exc.value.field == "sharding_implementation"
+
+
+def test_fsdp2_holds_more_than_deepspeed_per_module_gathers():
+    # The root stays gathered through forward and backward under fully_shard.
+    a = estimate_finetune(_req()).details["allocated_peak_bytes"]
+    b = estimate_finetune(_req(sharding_implementation="deepspeed")).details["allocated_peak_bytes"]
+    assert isinstance(a, int) and isinstance(b, int) and a > b
