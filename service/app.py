@@ -20,7 +20,7 @@ from service.api.metrics import Metrics
 from service.api.middleware import RequestContextMiddleware, configure_logging
 from service.api.problems import install_problem_handlers
 from service.api.response_cache import ResponseCacheMiddleware
-from service.api.routes import docs, estimates, gpus, health, models, ui
+from service.api.routes import docs, estimates, gpus, health, models, scheduling, ui
 from service.api.timeouts import RequestReadTimeoutMiddleware
 from service.catalog.gpu_catalog import load_gpu_catalog
 from service.catalog.model_catalog import load_model_catalog
@@ -103,6 +103,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(models.router)
     app.include_router(ui.router)
     app.include_router(docs.router)
+    app.include_router(scheduling.router)
     # Innermost: a replayed answer still gets the read deadline, request id, metrics and log.
     app.add_middleware(
         ResponseCacheMiddleware,
