@@ -152,7 +152,10 @@ def decide(
     if mode == "off":
         return allowed
     reading = read_workloads(obj)
-    if isinstance(reading, ReadProblem) or not reading.requests_gpus:
+    if isinstance(reading, ReadProblem):
+        return allowed
+    # Problems arise only in engine containers or GPU resources, so they are worth a warning.
+    if not reading.requests_gpus and not reading.problems:
         return allowed
     warnings: list[str] = [mode_warning] if mode_warning else []
     denials: list[str] = []
