@@ -61,9 +61,18 @@ def load_catalogs(app: FastAPI, settings: Settings) -> None:
     app.state.ready = True
 
 
+def _cpu_pool(settings: Settings, metrics: Metrics) -> CpuPool:
+    return CpuPool(
+        settings.cpu_threads, settings.cpu_queue, settings.estimate_deadline_s, metrics=metrics
+    )
+
+
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     load_catalogs(app, app.state.settings)
+    # A fresh pool per start: the previous shutdown closed the last one (an app started more
+    # than once, as the ASGI test drivers do, must not keep a closed pool).
+    app.state.cpu_pool = _cpu_pool(app.state.settings, app.state.metrics)
     yield
     app.state.ready = False
     app.state.cpu_pool.shutdown()
@@ -89,12 +98,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.ready = False
     app.state.metrics = Metrics()
     app.state.access_log = AccessLog(log_handler) if settings.access_log else None
-    app.state.cpu_pool = CpuPool(
-        settings.cpu_threads,
-        settings.cpu_queue,
-        settings.estimate_deadline_s,
-        metrics=app.state.metrics,
-    )
+    app.state.cpu_pool = _cpu_pool(settings, app.state.metrics)
     install_problem_handlers(app)
     # Estimates first: routes are matched in order, and they are most of the traffic.
     app.include_router(estimates.router)

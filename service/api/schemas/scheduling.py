@@ -325,7 +325,7 @@ EXTENDER_ARGS_SCHEMA: dict[str, Any] = {
         "Nodes": {
             "type": ["object", "null"],
             "description": 'A v1 NodeList: `{"items": [Node, ...]}`.',
-            "properties": {"items": {"type": "array", "items": {"type": "object"}}},
+            "properties": {"items": {"type": ["array", "null"], "items": {"type": "object"}}},
         },
         "NodeNames": {"type": ["array", "null"], "items": {"type": "string"}},
     },
