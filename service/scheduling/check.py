@@ -11,10 +11,13 @@ searches), which is the same decision `fit.fits` reports.
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import orjson
+from cachetools import LRUCache
 from pydantic import ValidationError
 
 from service.api.convert import inference_request
@@ -22,6 +25,7 @@ from service.api.estimate_service import Catalogs, run_estimate
 from service.api.metrics import Metrics
 from service.api.resolve import ad_hoc_gpu, resolve_gpu, resolve_model
 from service.api.schemas.estimates import EstimateResponse, InferenceRequestBody
+from service.catalog.gpu_catalog import GpuCatalog
 from service.estimator.answer import ModelSpec
 from service.estimator.errors import EstimatorError
 from service.estimator.gpu import GpuSpec
@@ -160,29 +164,71 @@ def verdict_on(prepared: Prepared, ref: str, gpu: GpuSpec) -> GpuVerdict:
     return GpuVerdict(ref, found.fits, found.reason, found.detail, found.usable, found.required)
 
 
-def _fits_on(prepared: Prepared, catalogs: Catalogs) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """Catalog products (GFD ``nvidia.com/gpu.product`` values) it fits on at its layout; and,
-    for a one-GPU layout, the MIG single-strategy products (``<product>-MIG-<profile>``)."""
+# fits_on is a pure function of the plan's request and the GPU catalog, and schedulers ask
+# about the same few workloads over and over: answers are kept (one scan of the catalog is
+# about 100 verdicts, tens of milliseconds; a kept answer is a dictionary lookup).
+_FITS_ON_ENTRIES = 1024
+_fits_on_cache: LRUCache[tuple[str, int, GpuCatalog], tuple[tuple[str, ...], tuple[str, ...]]] = (
+    LRUCache(maxsize=_FITS_ON_ENTRIES)
+)
+_fits_on_lock = threading.Lock()
+
+
+def _capabilities(gpu: GpuSpec) -> tuple[object, ...]:
+    """What a verdict reads of a GPU: equal tuples get equal verdicts."""
+    return (
+        gpu.total_bytes,
+        gpu.compute_capability,
+        gpu.bf16,
+        gpu.fp8,
+        gpu.mig_profile is not None,
+        gpu.shared,
+        gpu.gpus_per_node,
+    )
+
+
+def _scan(prepared: Prepared, catalogs: Catalogs) -> tuple[tuple[str, ...], tuple[str, ...]]:
     whole: list[str] = []
     mig: list[str] = []
     one_gpu = prepared.plan.engine_gpus == 1
+    seen: dict[tuple[object, ...], bool] = {}
+
+    def fits(spec: GpuSpec, label: str) -> bool:
+        key = _capabilities(spec)
+        if key not in seen:
+            seen[key] = verdict_on(prepared, label, spec).fits
+        return seen[key]
+
     for gpu in catalogs.gpus.all():
         label = gpu.k8s_product_label
         if label is None:
             continue
-        if verdict_on(prepared, label, resolve_gpu(catalogs.gpus, gpu.id)).fits:
-            whole.append(label)
-        elif not one_gpu:
-            continue
+        if not fits(resolve_gpu(catalogs.gpus, gpu.id), label):
+            continue  # a slice holds less than its GPU: none of them fits either
+        whole.append(label)
         if not one_gpu:
             continue
         for profile in gpu.mig_profiles:
             if "+" in profile.name:
                 continue  # media-extension slices: no sourced GFD label spelling
-            spec = resolve_gpu(catalogs.gpus, f"{gpu.id}/{profile.name}")
-            if verdict_on(prepared, label, spec).fits:
+            if fits(resolve_gpu(catalogs.gpus, f"{gpu.id}/{profile.name}"), label):
                 mig.append(f"{label}-MIG-{profile.name}")
     return tuple(whole), tuple(mig)
+
+
+def _fits_on(prepared: Prepared, catalogs: Catalogs) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Catalog products (GFD ``nvidia.com/gpu.product`` values) it fits on at its layout; and,
+    for a one-GPU layout, the MIG single-strategy products (``<product>-MIG-<profile>``)."""
+    plan = prepared.plan
+    key = (orjson.dumps(plan.with_gpu(), option=orjson.OPT_SORT_KEYS).decode(), plan.engine_gpus)
+    full_key = (*key, catalogs.gpus)
+    with _fits_on_lock:
+        found = _fits_on_cache.get(full_key)
+    if found is None:
+        found = _scan(prepared, catalogs)
+        with _fits_on_lock:
+            _fits_on_cache[full_key] = found
+    return found
 
 
 def check_plan(
