@@ -22,7 +22,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from service.catalog.gpu_catalog import GpuCatalog
 from service.estimator.engines import all_options, get_engine
 from service.workloads.commands import EngineCommand
 from service.workloads.engine_flags import OptionValue
@@ -417,8 +416,3 @@ def plan_workload(
         image=image,
         workload=workload,
     )
-
-
-def catalog_products(catalog: GpuCatalog) -> tuple[tuple[str, str], ...]:
-    """(catalog id, ``nvidia.com/gpu.product`` value) of every GPU the catalog labels."""
-    return tuple((g.id, g.k8s_product_label) for g in catalog.all() if g.k8s_product_label)
