@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import harness
+from bench import harness, scheduling_bench
 
 RESULTS = harness.REPO / "bench" / "results.md"
 PROFILE = harness.REPO / "bench" / "profile.txt"
@@ -55,6 +55,8 @@ TARGET_RATIO = 0.8
 TARGET_ESTIMATE_US = 200.0
 TARGET_BATCH_S = 0.5
 TARGET_RSS_MIB = 150.0
+# The scheduler-facing endpoints are driven at this many connections (one of --connections).
+SCHEDULING_CONNECTIONS = 16
 MiB = 2**20
 
 
@@ -450,6 +452,8 @@ def render(data: dict[str, Any]) -> str:
         f"{max(data['rss_loaded'], data['rss_after_batch']) / MiB:.1f} MiB | "
         f"{verdict(max(data['rss_loaded'], data['rss_after_batch']) < TARGET_RSS_MIB * MiB)} |",
         "",
+        *scheduling_bench.render(data),
+        "",
         "Profile of the in-process request path: `bench/profile.txt`.",
         END,
     ]
@@ -488,6 +492,7 @@ def main() -> int:
     print(f"load average: {data['load_before']}", flush=True)
     # In-process first, while no server competes for the CPUs.
     data["in_process"] = in_process()
+    data["scheduling_in_process"] = scheduling_bench.in_process()
     print(json.dumps(data["in_process"], indent=1), flush=True)
     with tempfile.TemporaryDirectory(prefix="llmmem-bench-") as tmp_name:
         tmp = Path(tmp_name)
@@ -545,6 +550,14 @@ def main() -> int:
                     result = run_wrk(server.url + INFERENCE_PATH, lua, c, args.duration)
                     data[name].append(result)
                     print(f"{name:8s} c={c:3d} {result}", flush=True)
+            data["scheduling"] = []
+            for name, path, body in scheduling_bench.bodies():
+                script_dir = tmp / path.strip("/").replace("/", "-")
+                script_dir.mkdir(exist_ok=True)
+                lua = wrk_script(script_dir, body)
+                result = run_wrk(service.url + path, lua, SCHEDULING_CONNECTIONS, args.duration)
+                data["scheduling"].append({"name": name, "path": path, **result})
+                print(f"{path} c={SCHEDULING_CONNECTIONS} {result}", flush=True)
             data["rss_loaded"] = service.rss_bytes()
             models = [m["id"] for m in _get(service.url + "/v1/models")["models"]]
             gpus = [g["id"] for g in _get(service.url + "/v1/gpus")["gpus"]]

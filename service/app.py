@@ -20,7 +20,7 @@ from service.api.metrics import Metrics
 from service.api.middleware import RequestContextMiddleware, configure_logging
 from service.api.problems import install_problem_handlers
 from service.api.response_cache import ResponseCacheMiddleware
-from service.api.routes import docs, estimates, gpus, health, models, ui
+from service.api.routes import docs, estimates, gpus, health, models, scheduling, ui
 from service.api.timeouts import RequestReadTimeoutMiddleware
 from service.catalog.gpu_catalog import load_gpu_catalog
 from service.catalog.model_catalog import load_model_catalog
@@ -61,6 +61,12 @@ def load_catalogs(app: FastAPI, settings: Settings) -> None:
     app.state.ready = True
 
 
+def _cpu_pool(settings: Settings, metrics: Metrics) -> CpuPool:
+    return CpuPool(
+        settings.cpu_threads, settings.cpu_queue, settings.estimate_deadline_s, metrics=metrics
+    )
+
+
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     load_catalogs(app, app.state.settings)
@@ -71,12 +77,6 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.cpu_pool.shutdown()
     if app.state.access_log is not None:
         app.state.access_log.flush()
-
-
-def _cpu_pool(settings: Settings, metrics: Metrics) -> CpuPool:
-    return CpuPool(
-        settings.cpu_threads, settings.cpu_queue, settings.estimate_deadline_s, metrics=metrics
-    )
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -106,6 +106,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(models.router)
     app.include_router(ui.router)
     app.include_router(docs.router)
+    app.include_router(scheduling.router)
     # Innermost: a replayed answer still gets the read deadline, request id, metrics and log.
     app.add_middleware(
         ResponseCacheMiddleware,

@@ -16,7 +16,7 @@ import functools
 import sys
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple, ParamSpec, TypeVar
 
@@ -24,6 +24,7 @@ import cachetools
 
 __all__ = [
     "CacheStats",
+    "cached",
     "clear",
     "configure",
     "deep_size",
@@ -157,25 +158,31 @@ def _walk(obj: object, seen: set[int], once: bool) -> int:
     return total
 
 
+def cached(name: str, key: Hashable, compute: Callable[[], R]) -> R:
+    """``compute()``, kept in the shared byte-bounded LRU under ``(name, key)``: for callers
+    whose arguments are not hashable themselves but reduce to a hashable key."""
+    full_key = (name, key)
+    with _lock:
+        hit = _cache.get(full_key)
+        if hit is not None:
+            _counts["hits"] += 1
+            return hit.value  # type: ignore[no-any-return]
+        _counts["misses"] += 1
+    result = compute()
+    size = deep_size((full_key, result))
+    with _lock:
+        if size <= _cache.maxsize:
+            _cache[full_key] = _Entry(result, size)
+    return result
+
+
 def memoized(fn: Callable[P, R]) -> Callable[P, R]:
     """Cache ``fn``'s results in the shared byte-bounded LRU (arguments must be hashable)."""
     name = f"{fn.__module__}.{fn.__qualname__}"
 
     @functools.wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        key = (name, args, tuple(sorted(kwargs.items())))
-        with _lock:
-            hit = _cache.get(key)
-            if hit is not None:
-                _counts["hits"] += 1
-                return hit.value  # type: ignore[no-any-return]
-            _counts["misses"] += 1
-        result = fn(*args, **kwargs)
-        size = deep_size((key, result))
-        with _lock:
-            if size <= _cache.maxsize:
-                _cache[key] = _Entry(result, size)
-        return result
+        return cached(name, (args, tuple(sorted(kwargs.items()))), lambda: fn(*args, **kwargs))
 
     wrapper.cache_clear = clear  # type: ignore[attr-defined]
     return wrapper

@@ -91,13 +91,18 @@ def read_extender_args(body: object) -> ExtenderArgs | ReadProblem:
         items = nodes_field.get("items")
         if items is not None and not isinstance(items, list):
             return ReadProblem("Nodes.items", "expected a list of Node objects")
-        nodes = tuple(item for item in items or [] if isinstance(item, Mapping))
+        if any(not isinstance(item, Mapping) for item in items or []):
+            # Go's decoder refuses a NodeList item that is not an object; so does this one.
+            return ReadProblem("Nodes.items", "each item must be a Node object")
+        nodes = tuple(items or [])
     elif nodes_field is not None:
         return ReadProblem("Nodes", 'expected a NodeList ({"items": [...]})')
     names_field = _field(body, "NodeNames")
     names: tuple[str, ...] | None = None
     if isinstance(names_field, list):
-        names = tuple(n for n in names_field if isinstance(n, str))
+        if any(not isinstance(n, str) for n in names_field):
+            return ReadProblem("NodeNames", "expected a list of node names (strings)")
+        names = tuple(names_field)
     elif names_field is not None:
         return ReadProblem("NodeNames", "expected a list of node names")
     if nodes is None and names is None:

@@ -15,6 +15,7 @@ import pytest
 from service.settings import Settings
 from tests.deploy.support import OVERLAYS, OVERLAYS_DIR, one
 
+CLUSTER_SCOPED = {"Namespace", "ValidatingWebhookConfiguration"}
 APP_UID = 10001  # the Dockerfile's USER (tests/deploy/test_dockerfile.py pins it there)
 Resources = dict[str, list[dict[str, Any]]]
 
@@ -71,7 +72,7 @@ def test_everything_lands_in_one_namespace_that_enforces_restricted(
     name = namespace["metadata"]["name"]
     assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
     for r in overlay:
-        if r["kind"] != "Namespace":
+        if r["kind"] not in CLUSTER_SCOPED:
             assert r["metadata"].get("namespace") == name, f"{r['kind']} outside {name}"
 
 
@@ -170,9 +171,13 @@ def test_restricted_security_context(overlay: list[dict[str, Any]]) -> None:
 def test_writable_paths_are_emptydirs(overlay: list[dict[str, Any]]) -> None:
     pod = _pod(overlay)
     volumes = {v["name"]: v for v in pod.get("volumes", [])}
-    mounts = {m["mountPath"]: m["name"] for m in _container(overlay).get("volumeMounts", [])}
+    container_mounts = _container(overlay).get("volumeMounts", [])
+    mounts = {m["mountPath"]: m["name"] for m in container_mounts}
     assert "/tmp" in mounts, "Python's tempfile needs a writable /tmp"
-    for path, name in mounts.items():
+    for mount in container_mounts:
+        if mount.get("readOnly") and "secret" in volumes[mount["name"]]:
+            continue  # a certificate, read only
+        path, name = mount["mountPath"], mount["name"]
         assert "emptyDir" in volumes[name], f"{path} is not an emptyDir"
         assert volumes[name]["emptyDir"].get("sizeLimit"), f"{path} emptyDir has no sizeLimit"
 
@@ -202,7 +207,15 @@ def test_termination_lets_in_flight_requests_finish(overlay: list[dict[str, Any]
 
 def test_service_exposes_only_the_http_port(overlay: list[dict[str, Any]]) -> None:
     (port,) = one(overlay, "Service")["spec"]["ports"]
-    assert port["name"] == "http" and port["targetPort"] in ("http", 8000)
+    tls = "LLMMEM_TLS_CERT_FILE" in _settings(overlay)
+    assert port["name"] == ("https" if tls else "http") and port["targetPort"] in ("http", 8000)
+
+
+def test_probes_speak_tls_where_the_server_does(overlay: list[dict[str, Any]]) -> None:
+    tls = "LLMMEM_TLS_CERT_FILE" in _settings(overlay)
+    container = _container(overlay)
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert container[probe]["httpGet"].get("scheme", "HTTP") == ("HTTPS" if tls else "HTTP")
 
 
 def test_hpa_scales_on_cpu(overlay: list[dict[str, Any]]) -> None:

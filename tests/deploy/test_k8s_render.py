@@ -12,7 +12,11 @@ from kubernetes_validate.utils import SchemaNotFoundError, all_versions
 from tests.deploy.support import K8S_DIR, KUBERNETES_VERSION, OVERLAYS, one, render
 
 # Custom resources have no bundled schema; they may only warn.
-CUSTOM_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor")}
+CUSTOM_KINDS = {
+    ("monitoring.coreos.com/v1", "ServiceMonitor"),
+    ("cert-manager.io/v1", "Issuer"),
+    ("cert-manager.io/v1", "Certificate"),
+}
 
 
 def _validate(resource: dict[str, Any]) -> bool:
@@ -25,7 +29,7 @@ def _validate(resource: dict[str, Any]) -> bool:
 
 
 def test_at_least_dev_and_prod_overlays() -> None:
-    assert {"dev", "prod"} <= set(OVERLAYS), OVERLAYS
+    assert {"dev", "prod", "admission-webhook"} <= set(OVERLAYS), OVERLAYS
 
 
 def test_target_version_is_bundled() -> None:

@@ -1,0 +1,216 @@
+"""The validating admission webhook's decision on one AdmissionReview.
+
+What it does, in order:
+
+1. A review it cannot read, an operation other than CREATE or UPDATE, an object that is not a
+   workload or that requests no GPU: allowed, untouched (no warnings for the last three).
+2. The mode: the object's annotation `MODE_KEY`, else its label of that name, else the
+   default of the route the API server called (``/v1/admission`` is ``warn``;
+   ``/v1/admission/deny`` etc. let one webhook entry per namespace selector set a namespace's
+   default, since an AdmissionReview carries no namespace labels). ``off``: allowed untouched.
+3. Each serving container with GPUs is sized as pre-flight sizes it. Pinned to GPU products on
+   none of which it fits, or given fewer GPUs than its engine layout uses: a denial under
+   ``deny`` (403, with the reason and the engine flags that fit), a warning under ``warn``.
+   Not pinned (admission runs before a node is chosen): allowed, warning with the products it
+   fits on. Pinned to several products, fitting on some: allowed, warning naming those.
+4. Anything the estimator could not read (a model given as a path, a model or GPU not in the
+   catalog): allowed with a warning. Admission never fails because of the estimator.
+
+Warnings stay short (the API server passes 120 characters comfortably and cuts at 256,
+`service.workloads.admission.WARNING_LIMIT`); the denial message carries the details.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from service.api.estimate_service import Catalogs
+from service.api.metrics import Metrics
+from service.estimator.engines import get_engine
+from service.scheduling.check import Check, check_plan
+from service.scheduling.plan import Plan
+from service.scheduling.preflight import Overrides, WorkloadUnreadable, plans_for_object
+from service.workloads.admission import (
+    AdmissionRequest,
+    AdmissionResponse,
+    admission_review,
+    read_admission_review,
+)
+from service.workloads.kubernetes import read_workloads
+from service.workloads.sources import ReadProblem
+
+logger = logging.getLogger("service.admission")
+
+__all__ = ["DEFAULT_MODE", "MODES", "MODE_KEY", "Mode", "review"]
+
+Mode = Literal["deny", "warn", "off"]
+MODES: tuple[Mode, ...] = ("deny", "warn", "off")
+MODE_KEY = "llm-memory.io/admission-mode"
+DEFAULT_MODE: Mode = "warn"
+PREFIX = "llm-memory: "
+# Products named in one warning before "and N more".
+_SHOWN = 4
+
+
+def _uid(body: object) -> str:
+    request = body.get("request") if isinstance(body, Mapping) else None
+    uid = request.get("uid") if isinstance(request, Mapping) else None
+    return uid if isinstance(uid, str) else ""
+
+
+def _mode(obj: Mapping[str, object], default: Mode) -> tuple[Mode, str | None]:
+    """The mode for this object, and a warning when its annotation or label is not a mode."""
+    metadata = obj.get("metadata")
+    metadata = metadata if isinstance(metadata, Mapping) else {}
+    for place in ("annotations", "labels"):
+        values = metadata.get(place)
+        value = values.get(MODE_KEY) if isinstance(values, Mapping) else None
+        if value is None:
+            continue
+        if value in MODES:
+            return value, None
+        return default, (
+            f"{PREFIX}{place[:-1]} {MODE_KEY}={str(value)[:20]!r} is not deny, warn or off; "
+            f"{default} applies"
+        )
+    return default, None
+
+
+def _products(labels: tuple[str, ...]) -> str:
+    shown = ", ".join(labels[:_SHOWN])
+    return shown + (f" and {len(labels) - _SHOWN} more" if len(labels) > _SHOWN else "")
+
+
+def _name(plan: Plan, container: str | None) -> str:
+    model = plan.model.value if plan.model else "?"
+    return f"{container or 'container'} ({model})"
+
+
+def _shorter_context(check: Check) -> str | None:
+    """The engine's context flag at the longest length that fits the GPUs as given."""
+    fit = check.estimate.fit if check.estimate is not None else None
+    if fit is None or not fit.max_sequence_length:
+        return None
+    engine = get_engine(check.plan.engine.value)
+    option = engine.option_table().get(engine.context_option or "")
+    if option is None or option.flag is None:
+        return None
+    return f"{option.flag} {fit.max_sequence_length}"
+
+
+def _judge(check: Check, who: str) -> tuple[str | None, str | None]:
+    """(denial message or None, warning or None) for one container."""
+    plan = check.plan
+    verdict = check.verdict
+    if verdict == "will_not_start":
+        detail = "; ".join(p.message() for p in plan.problems)
+        return f"{who}: {detail}", f"{PREFIX}{who}: will not start: {detail}"
+    if verdict == "does_not_fit":
+        reasons = "; ".join(
+            f"{v.gpu}: {v.reason.value if v.reason else 'unknown'}"
+            + (f" ({v.detail})" if v.detail else "")
+            for v in check.gpu_verdicts
+        )
+        fix = ""
+        if check.engine_args:
+            fix = f"; flags that fit: {' '.join(check.engine_args)}"
+        shorter = _shorter_context(check)
+        if shorter:
+            fix += f"; or on these GPUs: {shorter}"
+        elsewhere = f"; fits on {_products(check.fits_on)}" if check.fits_on else ""
+        warning = f"{PREFIX}{who} does not fit {', '.join(v.gpu for v in check.gpu_verdicts)}"
+        warning += (
+            f" ({check.gpu_verdicts[0].reason.value if check.gpu_verdicts[0].reason else ''})"
+        )
+        return f"{who} does not fit: {reasons}{fix}{elsewhere}", warning
+    if verdict == "fits_some":
+        good = tuple(v.gpu for v in check.gpu_verdicts if v.fits)
+        return None, f"{PREFIX}{who} fits only on {_products(good)} of the allowed products"
+    if verdict == "unknown" and not check.gpu_verdicts:
+        if check.fits_on:
+            return None, (
+                f"{PREFIX}{who}: no GPU product pinned; fits on {_products(check.fits_on)}"
+            )
+        return None, f"{PREFIX}{who}: no GPU product pinned, and it fits on no catalog GPU"
+    if verdict == "unknown":
+        unread = "; ".join(p.detail for p in check.problems) or "the GPU could not be judged"
+        return None, f"{PREFIX}{who}: not checked: {unread}"
+    return None, None
+
+
+def decide(
+    request: AdmissionRequest, default: Mode, catalogs: Catalogs, metrics: Metrics
+) -> AdmissionResponse:
+    """The webhook's answer to a review it could read."""
+    allowed = AdmissionResponse(uid=request.uid, allowed=True)
+    obj = request.obj
+    if request.operation not in ("CREATE", "UPDATE") or obj is None:
+        return allowed
+    mode, mode_warning = _mode(obj, default)
+    if mode == "off":
+        return allowed
+    reading = read_workloads(obj)
+    if isinstance(reading, ReadProblem):
+        return allowed
+    # Problems arise only in engine containers or GPU resources, so they are worth a warning.
+    if not reading.requests_gpus and not reading.problems:
+        return allowed
+    warnings: list[str] = [mode_warning] if mode_warning else []
+    denials: list[str] = []
+    verdicts: list[str] = []
+    try:
+        _, plans, problems = plans_for_object(obj, Overrides())
+    except WorkloadUnreadable as exc:  # pragma: no cover - read_workloads succeeded above
+        return AdmissionResponse(request.uid, True, warnings=(f"{PREFIX}{exc.detail}",))
+    warnings += [f"{PREFIX}not checked: {p.message()}" for p in problems]
+    for workload, plan in plans:
+        if workload.gpus is None:
+            continue
+        who = _name(plan, workload.container)
+        pinned_one = len(plan.gpu_refs) == 1
+        check = check_plan(plan, catalogs, metrics, with_estimate=pinned_one)
+        if isinstance(check, ReadProblem):
+            warnings.append(f"{PREFIX}{who}: not checked: {check.message()}")
+            verdicts.append("unknown")
+            continue
+        verdicts.append(check.verdict)
+        denial, warning = _judge(check, who)
+        if denial is not None:
+            denials.append(denial)
+        if warning is not None:
+            warnings.append(warning)
+    audit = {"verdict": ",".join(dict.fromkeys(verdicts))} if verdicts else {}
+    if denials and mode == "deny":
+        return AdmissionResponse(
+            uid=request.uid,
+            allowed=False,
+            code=403,
+            reason="Forbidden",
+            message="GPU memory check (" + MODE_KEY + "=deny): " + " | ".join(denials),
+            warnings=tuple(warnings),
+            audit_annotations=audit,
+        )
+    return AdmissionResponse(
+        uid=request.uid, allowed=True, warnings=tuple(warnings), audit_annotations=audit
+    )
+
+
+def review(body: object, default: Mode, catalogs: Catalogs, metrics: Metrics) -> dict[str, Any]:
+    """The AdmissionReview JSON answering ``body``; never raises for what it cannot read."""
+    request = read_admission_review(body)
+    if isinstance(request, ReadProblem):
+        response = AdmissionResponse(
+            uid=_uid(body),
+            allowed=True,
+            warnings=(f"{PREFIX}the review could not be read: {request.message()}",),
+        )
+        return admission_review(response)
+    try:
+        return admission_review(decide(request, default, catalogs, metrics))
+    except Exception as exc:
+        # Admission must never fail because of the estimator: logged, allowed, warned.
+        logger.exception("admission review %s could not be checked", request.uid)
+        message = f"{PREFIX}not checked: {type(exc).__name__}: {str(exc)[:160]}"
+        return admission_review(AdmissionResponse(request.uid, True, warnings=(message,)))

@@ -1,0 +1,226 @@
+"""Pre-flight: read a command line, a Kubernetes object or production-stack values, and answer
+each serving container with what was read, where from, the estimate and the verdict.
+
+Input that names no serving engine, a model the service cannot name, or a flag value the
+engine would refuse raises `WorkloadUnreadable` (a 422 problem document naming the field);
+a GPU product the catalog does not know stays inside the result (`problems`), next to the
+estimate without a fit.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from service.api.estimate_service import Catalogs
+from service.api.metrics import Metrics
+from service.estimator.errors import InvalidRequest
+from service.scheduling.check import Check, as_json, check_plan
+from service.scheduling.plan import Plan, plan_command, plan_workload
+from service.workloads.commands import parse_command
+from service.workloads.kubernetes import ServingWorkload, WorkloadReading, read_workloads
+from service.workloads.sources import ReadProblem, Sourced, WorkloadError
+
+__all__ = [
+    "Overrides",
+    "WorkloadUnreadable",
+    "image_at",
+    "plans_for_object",
+    "preflight",
+]
+
+_STEP = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
+
+
+class WorkloadUnreadable(InvalidRequest):
+    """The input holds no serving workload the estimator can size; names each field at fault."""
+
+    def __init__(self, problems: Sequence[ReadProblem], prefix: str) -> None:
+        self.problems = tuple(problems)
+        first = problems[0]
+        detail = "; ".join(p.message() for p in problems[:5])
+        if len(problems) > 5:
+            detail += f" (and {len(problems) - 5} more)"
+        super().__init__(detail, field=_field(prefix, first.field))
+
+
+def _field(prefix: str, source: str) -> str:
+    if prefix == "object":
+        return f"object.{source}" if source not in ("object", "body") else "object"
+    return prefix
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """What the request adds where the workload does not say."""
+
+    model: str | None = None
+    gpu: str | None = None
+    gpu_memory_bytes: int | None = None
+    gpu_count: int | None = None
+
+
+def _at(obj: object, path: str) -> object:
+    node = obj
+    for key, index in _STEP.findall(path):
+        if key:
+            node = node.get(key) if isinstance(node, Mapping) else None
+        else:
+            position = int(index)
+            node = node[position] if isinstance(node, list) and position < len(node) else None
+        if node is None:
+            return None
+    return node
+
+
+def image_at(obj: object, workload: ServingWorkload) -> Sourced[str] | None:
+    """The container image of a workload (``image``, or the chart's ``repository:tag``)."""
+    node = _at(obj, workload.path)
+    if not isinstance(node, Mapping):
+        return None
+    image = node.get("image")
+    if isinstance(image, str) and image:
+        return Sourced(image, f"{workload.path}.image")
+    repository, tag = node.get("repository"), node.get("tag")
+    if isinstance(repository, str) and isinstance(tag, str):
+        return Sourced(f"{repository}:{tag}", f"{workload.path}.repository and .tag")
+    return None
+
+
+def plans_for_object(
+    obj: object, overrides: Overrides
+) -> tuple[WorkloadReading, list[tuple[ServingWorkload, Plan]], list[ReadProblem]]:
+    """Read an object into a plan per serving container; raises `WorkloadUnreadable` for an
+    object that is no workload at all."""
+    reading = read_workloads(obj)
+    if isinstance(reading, ReadProblem):
+        raise WorkloadUnreadable([reading], "object")
+    plans: list[tuple[ServingWorkload, Plan]] = []
+    problems = list(reading.problems)
+    for workload in reading.workloads:
+        plan, problem = plan_workload(
+            workload,
+            image=image_at(obj, workload),
+            model_override=overrides.model,
+            gpu=overrides.gpu,
+            gpu_count=overrides.gpu_count,
+        )
+        if problem is not None:
+            problems.append(problem)
+        elif plan is not None:
+            plans.append((workload, plan))
+    return reading, plans, problems
+
+
+def _sourced(value: Sourced[Any] | None) -> dict[str, Any] | None:
+    return None if value is None else {"value": value.value, "source": value.source}
+
+
+def _problem_json(problem: ReadProblem) -> dict[str, Any]:
+    return {"field": problem.field, "detail": problem.detail, "fix": problem.fix}
+
+
+def result_json(check: Check, workload: ServingWorkload | None) -> dict[str, Any]:
+    """One result of the pre-flight answer."""
+    plan = check.plan
+    estimate = check.estimate
+    gpus = plan.gpu_request
+    out: dict[str, Any] = {
+        "container": workload.container if workload else None,
+        "path": workload.path if workload else None,
+        "role": workload.role if workload else "main",
+        "engine": _sourced(plan.engine),
+        "engine_version": _sourced(plan.version),
+        "model": {
+            "value": plan.model_given.given if plan.model_given else None,
+            "source": plan.model.source if plan.model else None,
+            "catalog_id": plan.model.value if plan.model else None,
+        },
+        "options": [o.as_json() for o in plan.options],
+        "layout": {
+            "tensor_parallel_size": plan.tensor,
+            "pipeline_parallel_size": plan.pipeline,
+            "data_parallel_size": plan.data,
+        },
+        "gpus": None
+        if gpus is None
+        else {"resource": gpus.resource, "count": gpus.count, "source": gpus.source},
+        "gpus_per_group": _sourced(plan.requested_gpus),
+        "replicas": _sourced(workload.replicas) if workload else None,
+        "gpu": None
+        if not plan.gpu_refs
+        else {"values": list(plan.gpu_refs), "source": plan.gpu_source},
+        "request": dict(check.request),
+        "estimate": estimate,
+        "fit": estimate.fit if estimate is not None else None,
+        **as_json(check),
+        "ignored_args": [{"text": text, "source": source} for text, source in plan.ignored],
+        "notes": list(plan.notes),
+        "problems": [_problem_json(p) for p in (*plan.problems, *check.problems)],
+    }
+    return out
+
+
+def preflight(
+    *,
+    command: str | Sequence[str] | None,
+    obj: Mapping[str, Any] | None,
+    overrides: Overrides,
+    catalogs: Catalogs,
+    metrics: Metrics,
+) -> dict[str, Any]:
+    """The pre-flight answer (JSON-ready, estimates as response models)."""
+    pairs: list[tuple[ServingWorkload | None, Plan]] = []
+    others: list[dict[str, Any]] = []
+    prefix = "object" if obj is not None else "command"
+    if obj is not None:
+        reading, found, problems = plans_for_object(obj, overrides)
+        kind, name, namespace = reading.kind, reading.name, reading.namespace
+        others = [{"path": o.path, "name": o.name, "reason": o.reason} for o in reading.others]
+        pairs = list(found)
+        if not pairs:
+            problems = problems or [
+                ReadProblem(
+                    "object",
+                    "no container runs vLLM or SGLang"
+                    + (f" ({'; '.join(o['reason'] for o in others[:3])})" if others else ""),
+                    "the service sizes vLLM and SGLang workloads",
+                )
+            ]
+        if problems:
+            raise WorkloadUnreadable(problems, prefix)
+    else:
+        assert command is not None
+        kind, name, namespace = "command", None, None
+        try:
+            parsed = parse_command(command)
+        except WorkloadError as exc:
+            raise WorkloadUnreadable([exc.problem], prefix) from None
+        plan, problem = plan_command(
+            parsed,
+            model_override=overrides.model,
+            gpu=overrides.gpu,
+            gpu_count=overrides.gpu_count,
+        )
+        if problem is not None or plan is None:
+            raise WorkloadUnreadable([problem] if problem else [], prefix)
+        pairs = [(None, plan)]
+    results: list[dict[str, Any]] = []
+    failures: list[ReadProblem] = []
+    for workload, plan in pairs:
+        check = check_plan(plan, catalogs, metrics, memory_bytes=overrides.gpu_memory_bytes)
+        if isinstance(check, ReadProblem):
+            failures.append(check)
+            continue
+        results.append(result_json(check, workload))
+    if failures:
+        raise WorkloadUnreadable(failures, prefix)
+    return {
+        "kind": kind,
+        "name": name,
+        "namespace": namespace,
+        "results": results,
+        "others": others,
+    }

@@ -1,0 +1,211 @@
+"""POST /v1/extender/filter and /v1/extender/prioritize: the kube-scheduler HTTP extender.
+
+Shapes follow k8s.io/kube-scheduler extender/v1 types.go (Go field names: ExtenderArgs
+``Pod``/``Nodes``/``NodeNames``; ExtenderFilterResult; HostPriorityList); pods and nodes are
+built with the official client's models. Node labels follow GPU Feature Discovery
+(NVIDIA/k8s-device-plugin docs/gpu-feature-discovery/README.md). Whether a node's GPU fits is
+decided independently by /v1/estimate/inference for the same GPU.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from kubernetes import client as k8s
+
+from tests.api.k8s_objects import container, node, pod, to_json
+
+LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct"
+QWEN_32B = "deepseek-ai/DeepSeek-R1-Distill-Qwen-32B"
+ARGS_8B = [LLAMA_8B, "--max-model-len", "8192"]
+ESTIMATE_8B = {"model": LLAMA_8B, "engine": "vllm", "engine_options": {"max_model_len": 8192}}
+
+NODES = {
+    "l4": {"nvidia.com/gpu.product": "NVIDIA-L4", "nvidia.com/gpu.count": "1"},
+    "t4": {"nvidia.com/gpu.product": "Tesla-T4", "nvidia.com/gpu.count": "1"},
+    "h100": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count": "8"},
+    # A product the catalog does not know: judged by its memory label (MiB).
+    "acme": {"nvidia.com/gpu.product": "ACME-X1000", "nvidia.com/gpu.memory": "49152"},
+    "cpu": {"kubernetes.io/os": "linux"},
+}
+
+
+def args(
+    pod_obj: Any, nodes: dict[str, dict[str, str]], names_only: bool = False
+) -> dict[str, Any]:
+    items = [node(name, labels) for name, labels in nodes.items()]
+    if names_only:
+        return {"Pod": to_json(pod_obj), "Nodes": None, "NodeNames": list(nodes)}
+    return {"Pod": to_json(pod_obj), "Nodes": to_json(k8s.V1NodeList(items=items))}
+
+
+def gpu_pod(arguments: list[str], resource: str = "nvidia.com/gpu") -> Any:
+    return pod(container("vllm", args=arguments, gpus={resource: "1"}))
+
+
+def filter_(client: TestClient, body: dict[str, Any]) -> dict[str, Any]:
+    response = client.post("/v1/extender/filter", json=body)
+    assert response.status_code == 200, response.text[:600]
+    result = response.json()
+    assert set(result) == {
+        "Nodes",
+        "NodeNames",
+        "FailedNodes",
+        "FailedAndUnresolvableNodes",
+        "Error",
+    }
+    return result  # type: ignore[no-any-return]
+
+
+def passing(result: dict[str, Any]) -> set[str]:
+    return {n["metadata"]["name"] for n in result["Nodes"]["items"]}
+
+
+def scores(client: TestClient, body: dict[str, Any]) -> dict[str, int]:
+    response = client.post("/v1/extender/prioritize", json=body)
+    assert response.status_code == 200, response.text[:600]
+    return {entry["Host"]: entry["Score"] for entry in response.json()}
+
+
+def fit(client: TestClient, **gpu: Any) -> dict[str, Any]:
+    response = client.post("/v1/estimate/inference", json={**ESTIMATE_8B, **gpu})
+    assert response.status_code == 200, response.text[:400]
+    return response.json()["fit"]  # type: ignore[no-any-return]
+
+
+def test_filter_passes_exactly_the_nodes_whose_gpu_fits(client: TestClient) -> None:
+    result = filter_(client, args(gpu_pod(ARGS_8B), NODES))
+    expected = {
+        "l4": fit(client, gpu="l4")["fits"],
+        "t4": fit(client, gpu="t4")["fits"],
+        "h100": fit(client, gpu="h100-sxm-80gb")["fits"],
+        "acme": fit(client, gpu_memory_bytes=49152 * 2**20)["fits"],
+    }
+    assert True in expected.values() and False in expected.values()  # the case discriminates
+    assert passing(result) == {n for n, ok in expected.items() if ok} | {"cpu"}
+    unresolvable = result["FailedAndUnresolvableNodes"]
+    assert set(unresolvable) == {n for n, ok in expected.items() if not ok}
+    assert all(reason.startswith("GPU too small") for reason in unresolvable.values())
+    assert result["FailedNodes"] == {} and result["Error"] == ""
+
+
+def test_prioritize_prefers_the_tightest_fit(client: TestClient) -> None:
+    got = scores(client, args(gpu_pod(ARGS_8B), NODES))
+    assert set(got) == set(NODES) and all(0 <= s <= 10 for s in got.values())
+    for name, gpu in (("l4", {"gpu": "l4"}), ("h100", {"gpu": "h100-sxm-80gb"})):
+        f = fit(client, **gpu)
+        assert got[name] == max(1, math.floor(10 * f["required_bytes"] / f["usable_bytes"]))
+    assert got["l4"] > got["h100"]  # the smaller GPU leaves less memory idle
+    assert got["t4"] == 0 and got["cpu"] == 0
+
+
+def test_mig_single_strategy_judges_the_slice(client: TestClient) -> None:
+    parent = "NVIDIA-A100-SXM4-80GB"
+    nodes = {
+        "small": {
+            "nvidia.com/mig.strategy": "single",
+            "nvidia.com/gpu.product": f"{parent}-MIG-1g.10gb",
+        },
+        "large": {
+            "nvidia.com/mig.strategy": "single",
+            "nvidia.com/gpu.product": f"{parent}-MIG-7g.80gb",
+        },
+    }
+    result = filter_(client, args(gpu_pod(ARGS_8B), nodes))
+    expected = {
+        "small": fit(client, gpu="a100-sxm4-80gb/1g.10gb")["fits"],
+        "large": fit(client, gpu="a100-sxm4-80gb/7g.80gb")["fits"],
+    }
+    assert expected == {"small": False, "large": True}
+    assert passing(result) == {"large"}
+
+
+def test_mig_mixed_strategy_judges_the_requested_profile(client: TestClient) -> None:
+    labels = {
+        "nvidia.com/mig.strategy": "mixed",
+        "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB",
+        "nvidia.com/mig-1g.10gb.count": "7",
+        "nvidia.com/mig-3g.40gb.count": "2",
+    }
+    for profile, gpu in (
+        ("1g.10gb", "a100-sxm4-80gb/1g.10gb"),
+        ("3g.40gb", "a100-sxm4-80gb/3g.40gb"),
+    ):
+        result = filter_(client, args(gpu_pod(ARGS_8B, f"nvidia.com/mig-{profile}"), {"n": labels}))
+        assert (passing(result) == {"n"}) is fit(client, gpu=gpu)["fits"], profile
+
+
+def test_time_slicing_is_judged_on_the_whole_gpu_and_scores_lower(client: TestClient) -> None:
+    shared = {
+        "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-SHARED",
+        "nvidia.com/gpu.replicas": "4",
+        "nvidia.com/gpu.sharing-strategy": "time-slicing",
+    }
+    nodes = {"own": NODES["h100"], "shared": shared}
+    assert passing(filter_(client, args(gpu_pod(ARGS_8B), nodes))) == {"own", "shared"}
+    got = scores(client, args(gpu_pod(ARGS_8B), nodes))
+    assert got["shared"] == max(1, got["own"] // 2)
+
+
+def test_mps_replicas_are_judged_on_their_share(client: TestClient) -> None:
+    mps = {
+        "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+        "nvidia.com/gpu.replicas": "2",
+        "nvidia.com/gpu.sharing-strategy": "mps",
+    }
+    body = {"model": QWEN_32B, "engine": "vllm", "engine_options": {"max_model_len": 4096}}
+    whole = client.post("/v1/estimate/inference", json={**body, "gpu": "h100-sxm-80gb"}).json()
+    weights = whole["per_gpu"]["breakdown"]["weights"]
+    # The premise: the weights fit the whole GPU's usable memory but not half the GPU.
+    assert whole["fit"]["fits"] and weights > whole["fit"]["usable_bytes"] / 2
+    arguments = [QWEN_32B, "--max-model-len", "4096"]
+    result = filter_(client, args(gpu_pod(arguments), {"own": NODES["h100"], "mps": mps}))
+    assert passing(result) == {"own"} and "mps" in result["FailedAndUnresolvableNodes"]
+
+
+def test_node_names_only_pass_through(client: TestClient) -> None:
+    body = args(gpu_pod(ARGS_8B), NODES, names_only=True)
+    result = filter_(client, body)
+    assert result["NodeNames"] == list(NODES) and result["Nodes"] is None
+    assert set(scores(client, body).values()) == {0}
+
+
+def test_a_pod_without_gpus_passes_everywhere(client: TestClient) -> None:
+    web = pod(k8s.V1Container(name="web", image="nginx:1.27"))
+    assert passing(filter_(client, args(web, NODES))) == set(NODES)
+
+
+def test_go_decodes_field_names_case_insensitively(client: TestClient) -> None:
+    body = args(gpu_pod(ARGS_8B), {"t4": NODES["t4"]})
+    lower = {"pod": body["Pod"], "nodes": body["Nodes"]}
+    assert "t4" in filter_(client, lower)["FailedAndUnresolvableNodes"]
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"Nodes": {"items": []}}, "Pod"),
+        ({"Pod": {}, "Nodes": 3}, "Nodes"),
+        ({"Pod": {}, "Nodes": {"items": 3}}, "Nodes.items"),
+        ({"Pod": {}, "NodeNames": "a"}, "NodeNames"),
+        ({"Pod": {}}, "Nodes"),
+        ([], "body"),
+    ],
+)
+@pytest.mark.parametrize("verb", ["filter", "prioritize"])
+def test_bad_arguments_are_problems_naming_the_field(
+    client: TestClient, body: Any, field: str, verb: str
+) -> None:
+    response = client.post(f"/v1/extender/{verb}", json=body)
+    assert response.status_code == 422, response.text[:400]
+    assert response.headers["content-type"] == "application/problem+json"
+    assert response.json()["errors"][0]["field"] == field
+
+
+def test_a_body_that_is_not_json_is_a_400(client: TestClient) -> None:
+    response = client.post("/v1/extender/filter", content=b"{not json")
+    assert response.status_code == 400
+    assert response.headers["content-type"] == "application/problem+json"
