@@ -2,11 +2,11 @@
 
 An estimate walks the model's layers a bounded number of times: every inverse question is a
 search capped at ``MAX_SEARCH_STEPS`` evaluations (service/estimator/search.py) and the
-minimum-GPU scan builds at most ``MAX_SCAN_SETUPS`` setups (inference/fit.py), so the work of
-one item grows with its layer count and nothing else that a request controls. A batch's cost
-is therefore the sum of its items' layer counts (items × layers, searches being a bounded
-factor), read from the request before any estimate runs: a posted config's layer count (under
-any name the config reader accepts) or a catalog model's. A batch over
+minimum-GPU search builds at most log2(layers) + 2 setups per TP size (inference/fit.py), so
+the work of one item grows with its layer count and nothing else that a request controls. A
+batch's cost is therefore the sum of its items' layer counts (items × layers, searches being a
+bounded factor), read from the request before any estimate runs: a posted config's layer
+count (under any name the config reader accepts) or a catalog model's. A batch over
 ``LLMMEM_BATCH_COST_BUDGET`` is refused up front (413, naming the budget); one within it still
 runs under the request deadline, and items not reached by then are answered with a 503
 problem each (service/api/routes/estimates.py).

@@ -11,7 +11,6 @@ flags for a setup that fits. docs/inference.md says how the searches are bounded
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 from collections.abc import Callable
 
@@ -33,8 +32,8 @@ from service.estimator.search import MAX_SEARCH_STEPS
 
 __all__ = ["MAX_SCAN_SETUPS", "fit_inference", "min_gpu_count", "runnable_splits"]
 
-# A min_gpu_count scan builds at most this many setups before it bisects (one setup of an
-# 80-layer model takes about 1 ms to build).
+# How many layouts a gpu_count without a layout tries, smallest first, before it stops (one
+# setup of an 80-layer model takes about 1 ms to build).
 MAX_SCAN_SETUPS = 24
 # The largest TP × PP product min_gpu_count considers for one model copy.
 MAX_MODEL_GPUS = 1024
@@ -69,85 +68,59 @@ def runnable_splits(req: InferenceRequest, count: int) -> tuple[tuple[int, int],
     )
 
 
-def _candidate_counts(req: InferenceRequest) -> tuple[int, ...]:
-    """Every runnable TP × PP product, ascending."""
-    pps = range(1, min(req.arch.num_layers, 64) + 1)
-    if req.gpu is not None and req.gpu.is_mig:
-        pps = range(1, 2)
-    counts = {tp * pp for tp in runnable_tensor_parallel_sizes(req) for pp in pps}
-    return tuple(sorted(c for c in counts if c <= MAX_MODEL_GPUS))
-
-
 def _fits_at(req: InferenceRequest, tp: int, pp: int, mem: int) -> bool:
     return judge(req, setup_for(req, tp, pp), mem).fits
 
 
+def _fewest_stages(req: InferenceRequest, tp: int, lo: int, hi: int, mem: int) -> int | None:
+    """The fewest pipeline stages in [lo, hi] at which ``tp`` fits: one check at ``hi`` (if
+    even that fails, fewer stages, each holding more layers, fail too), then a bisection."""
+    if lo > hi or not _fits_at(req, tp, hi, mem):
+        return None
+    bad, good = lo - 1, hi
+    while good - bad > 1:
+        mid = (bad + good) // 2
+        if _fits_at(req, tp, mid, mem):
+            good = mid
+        else:
+            bad = mid
+    return good
+
+
 def min_gpu_count(req: InferenceRequest) -> tuple[int | None, Layout | None, str | None]:
     """The fewest GPUs (a runnable TP × PP split) on which the request fits, its layout, and a
-    note when the answer needed the bisection fallback or none was found.
+    note when none was found.
 
-    Setups are built lazily and only for counts that can hold the weights: every weight sits
-    on at least one GPU, so the most loaded of n GPUs holds at least 1/n of the single-GPU
-    weights. The lowest such count is tried first; then the largest count in the window (if
-    even that fails, nothing smaller fits: fewer GPUs only hold more), and counts are scanned
-    upward until one fits. The scan builds at most MAX_SCAN_SETUPS setups; past that it
-    bisects the rest of the window, which assumes a fit stays a fit with more GPUs (true of
-    every split family here, but only checked at the counts it visits), and says so.
+    Searched per tensor-parallel size, largest first (at equal counts the engine prefers
+    TP): within one TP size, more pipeline stages only take layers off each GPU, so the fewest
+    stages that fit are found by a bisection over PP (checked at the points it visits). Across
+    TP sizes nothing is assumed: a larger TP adds communicators a small GPU may not hold, so
+    each size is searched, skipping stage counts that cannot beat the best count found or
+    cannot hold the weights (every weight sits on one GPU, so the most loaded of n GPUs holds
+    at least 1/n of the single-GPU weights). At most ``log2(layers) + 2`` setups per TP size.
+    A MIG slice cannot span GPUs: one stage only.
     """
     mem = req.gpu_memory_bytes
     assert mem is not None
     whole = setup_for(req, 1, 1).stages[0].weights
     floor_count = -(-whole // mem)
-    candidates = _candidate_counts(req)
-    start = bisect.bisect_left(candidates, floor_count)
-    counts = candidates[start : start + MAX_SEARCH_STEPS]
-    built = 0
-
-    def split_that_fits(n: int) -> Layout | None:
-        nonlocal built
-        for t, p in runnable_splits(req, n):
-            built += 1
-            if _fits_at(req, t, p, mem):
-                return Layout(t, p)
-        return None
-
-    if not counts:
-        return None, None, f"min_gpu_count: no runnable TP × PP split of {floor_count} or more GPUs"
-    first = split_that_fits(counts[0])
-    if first is not None:
-        return counts[0], first, None
-    last_layout = split_that_fits(counts[-1])
-    if last_layout is None:
+    max_pp = 1 if req.gpu is not None and req.gpu.is_mig else req.arch.num_layers
+    best: tuple[int, Layout] | None = None
+    for tp in reversed(runnable_tensor_parallel_sizes(req)):
+        lo = max(1, -(-floor_count // tp))
+        hi = min(max_pp, MAX_MODEL_GPUS // tp)
+        if best is not None:
+            hi = min(hi, (best[0] - 1) // tp)  # an equal count keeps the larger TP found first
+        pp = _fewest_stages(req, tp, lo, hi, mem)
+        if pp is not None:
+            best = (tp * pp, Layout(tp, pp))
+    if best is None:
         return (
             None,
             None,
-            f"min_gpu_count: no runnable TP × PP split of up to {counts[-1]} GPUs fits",
+            f"min_gpu_count: no runnable TP × PP split of up to {MAX_MODEL_GPUS} GPUs fits",
         )
-    last = len(counts) - 1
-    for i, n in enumerate(counts[:last]):
-        if i == 0:
-            continue  # checked above
-        if built >= MAX_SCAN_SETUPS:
-            bad, good, good_layout = i - 1, last, last_layout
-            while good - bad > 1:
-                mid = (bad + good) // 2
-                found = split_that_fits(counts[mid])
-                if found is not None:
-                    good, good_layout = mid, found
-                else:
-                    bad = mid
-            return (
-                counts[good],
-                good_layout,
-                (
-                    f"min_gpu_count: counts from {n} GPUs on bisected (assumes a fit stays a fit "
-                    "with more GPUs)"
-                ),
-            )
-        found = split_that_fits(n)
-        if found is not None:
-            return n, found, None
-    return counts[last], last_layout, None
+    return best[0], best[1], None
 
 
 def _layout_for_count(req: InferenceRequest, gpu_count: int | None) -> tuple[Layout, str]:

@@ -13,6 +13,8 @@ from service.estimator.inference.request import resolved, setup_for
 from service.estimator.inference.verdict import judge
 
 CASES = [
+    # 0.34's whole-GPU budget: on 5 GB PP-only splits fit while larger TPs do not (NCCL).
+    ("meta-llama/Llama-3.1-8B-Instruct", None, "vllm", 8192, 1),
     # (model, GPU or MIG slice, engine, sequence_length, batch_size)
     ("meta-llama/Llama-3.1-8B-Instruct", "a100-sxm4-40gb/1g.5gb", "vllm", 8192, 1),
     ("meta-llama/Llama-3.1-8B-Instruct", "l4", "transformers", 32768, 8),
@@ -43,18 +45,17 @@ def test_lazy_scan_equals_trying_every_count(
     model: str, gpu: str, engine: str, seq: int, batch: int
 ) -> None:
     arch = load_model_catalog().get(model).architecture
-    base, mig = load_gpu_catalog().resolve(gpu)
-    memory = (mig or base).memory_bytes
+    if gpu is None:
+        memory, gpu = 5 * 10**9, "5 GB"
+    else:
+        base, mig = load_gpu_catalog().resolve(gpu)
+        memory = (mig or base).memory_bytes
     req = InferenceRequest(
         architecture=arch,
         engine=engine,
         sequence_length=seq,
         batch_size=batch,
         gpu_memory_bytes=memory,
-        # 0.19: with 0.34's whole-GPU budget a 5 GB slice holds PP-only splits while the TP
-        # splits at the window's end do not (NCCL), which the scan's monotonicity assumption
-        # misses: reported, not fixed here.
-        engine_options={"version": "0.19"} if engine == "vllm" else {},
     )
     fit = fit_inference(req, gpu, None)
     assert fit.min_gpu_count == _every_count_in_order(req)
