@@ -111,10 +111,12 @@ def cold() -> Iterator[None]:
 
 
 # Work bound of one inference request, from the caps the code documents: at most
-# MAX_SCAN_SETUPS + 1 setups (the scan plus the requested layout), each asked at most
-# 2·STEP_CEILING + 4 workloads (two searches and the fixed checks), each workload evaluated
-# once per pipeline stage (at most one stage per layer).
-INFERENCE_STAGE_EVALUATIONS = (MAX_SCAN_SETUPS + 1) * (2 * STEP_CEILING + 4) * Bounds.LAYERS
+# MAX_SCAN_SETUPS + 1 setups for the layout judged, plus log2(layers) + 2 per TP size for
+# min_gpu_count (a TP size divides the head count, at most 1024: no such number has more than
+# 32 divisors); each setup asked at most 2·STEP_CEILING + 4 workloads (two searches and the
+# fixed checks), each workload evaluated once per pipeline stage (at most one per layer).
+SETUPS = MAX_SCAN_SETUPS + 1 + 32 * (Bounds.LAYERS.bit_length() + 2)
+INFERENCE_STAGE_EVALUATIONS = SETUPS * (2 * STEP_CEILING + 4) * Bounds.LAYERS
 
 
 @pytest.mark.parametrize("body", EXTREMES)
