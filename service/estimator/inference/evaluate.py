@@ -44,7 +44,12 @@ def stage_components(
 ) -> tuple[int, int, int, int]:
     """(weights, kv_cache, activations, overhead) of one GPU of stage `st`."""
     kv, act = setup.engine.sequence_cost(setup, st, seq_len, prompt)
-    return st.weights, seqs * kv, st.fixed_activation + seqs * act, setup.overhead.total
+    return (
+        st.weights,
+        st.fixed_kv + seqs * kv,
+        st.fixed_activation + seqs * act,
+        setup.overhead.total,
+    )
 
 
 def per_gpu(setup: ServingSetup, seqs: int, seq_len: int, prompt: int) -> tuple[int, int, int, int]:
@@ -137,6 +142,7 @@ def estimate_inference(req: InferenceRequest) -> Estimate:
         gpu_count=setup.tp * setup.pp,
         assumptions=tuple(dict.fromkeys(assumptions)),
         capacity=capacity,
+        cpu_bytes=setup.host_bytes,
         details=MappingProxyType(details),
     )
 
