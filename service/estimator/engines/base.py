@@ -367,3 +367,5 @@ class StageArgs:
     weight_format_kind: str
     weight_format_bits: int
     extra: Mapping[str, Any] = field(default_factory=dict)
+    index: int = 0  # the stage's place in the pipeline, first 0
+    pp: int = 1

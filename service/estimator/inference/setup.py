@@ -125,6 +125,8 @@ def serving_setup(
                 is_last=i == pp - 1,
                 weight_format_kind=fmt.kind,
                 weight_format_bits=fmt.bits,
+                index=i,
+                pp=pp,
             )
         )
         assumptions.extend(build.notes)
