@@ -9,6 +9,7 @@ directory walk.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable
@@ -61,11 +62,12 @@ class ModelStore:
         with self._lock:
             before = self._index
             index, self._cache = build_index(self.roots, self.limits, before, self._cache)
+            changed = index.entries != before.entries
+            if not changed:
+                # Keep the old entries (and their cached estimates) when nothing changed.
+                index = dataclasses.replace(index, entries=before.entries)
             self._index = index
             self._scans += 1
-        changed = set(index.entries) != set(before.entries) or any(
-            index.entries[k] is not before.entries.get(k) for k in index.entries
-        )
         log.info(
             "model store: %d models indexed in %.2f s (%d skipped, %d header bytes read)",
             len(index.entries),
