@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from bench.validate import calibration, inference
+from bench.validate import calibration, inference, llamacpp
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "docs" / "accuracy.md"
@@ -36,6 +36,7 @@ def main() -> int:
     if finetune is not None and hasattr(finetune, "report"):
         parts.append("\n" + finetune.report())
     parts.append("\n" + calibration.report())
+    parts.append("\n" + llamacpp.report())
     OUT.write_text("".join(parts))
     print(f"wrote {OUT.relative_to(ROOT)}")
     return 0

@@ -170,7 +170,12 @@ def test_restricted_security_context(overlay: list[dict[str, Any]]) -> None:
 def test_writable_paths_are_emptydirs(overlay: list[dict[str, Any]]) -> None:
     pod = _pod(overlay)
     volumes = {v["name"]: v for v in pod.get("volumes", [])}
-    mounts = {m["mountPath"]: m["name"] for m in _container(overlay).get("volumeMounts", [])}
+    # Read-only mounts (the model store's cache) are not writable paths.
+    mounts = {
+        m["mountPath"]: m["name"]
+        for m in _container(overlay).get("volumeMounts", [])
+        if not m.get("readOnly")
+    }
     assert "/tmp" in mounts, "Python's tempfile needs a writable /tmp"
     for path, name in mounts.items():
         assert "emptyDir" in volumes[name], f"{path} is not an emptyDir"
