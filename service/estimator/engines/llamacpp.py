@@ -55,7 +55,6 @@ from service.estimator.engines.overhead import OverheadTerms, framework_overhead
 from service.estimator.errors import InvalidRequest
 from service.estimator.ggml import cuda_alloc_bytes, row_bytes, type_named
 from service.estimator.model import SLIDING_ATTENTION, Architecture, Shard
-from service.estimator.parallel import pp_layer_partition
 from service.estimator.units import GIB, MIB, cdiv
 
 if TYPE_CHECKING:
@@ -109,15 +108,12 @@ def _offload(n_layer: int, n_gpu_layers: int, pp: int) -> _Placed:
     on_gpu = n_layer - start
     if n == 0:
         return _Placed((), range(0, n_layer), False)
-    if pp > max(on_gpu, 1):
-        raise InvalidRequest(
-            f"pipeline_parallel_size {pp} exceeds the {on_gpu} layers offloaded "
-            f"(n_gpu_layers {n_gpu_layers}): llama.cpp gives each GPU whole layers",
-            field="pipeline_parallel_size",
-        )
+    # Contiguous runs, the first GPUs taking one more layer; with more GPUs than offloaded
+    # layers the last ones hold only what every GPU holds (llama.cpp gives out whole layers).
     stages = []
     first = start
-    for count in pp_layer_partition(on_gpu, pp) if on_gpu else (0,):
+    for g in range(pp):
+        count = on_gpu // pp + (1 if g < on_gpu % pp else 0)
         stages.append(range(first, first + count))
         first += count
     return _Placed(tuple(stages), range(0, start), True)
@@ -430,6 +426,12 @@ class LlamaCppEngine(Engine):
         s: EngineSettings,
     ) -> WeightSplit | None:
         self._check(s)
+        if layout.tensor_parallel_size > 1:
+            raise InvalidRequest(
+                "llama.cpp gives each GPU whole layers (split mode layer): use "
+                "pipeline_parallel_size for several GPUs, tensor_parallel_size 1",
+                field="tensor_parallel_size",
+            )
         notes: list[str] = []
         if checkpoint is not None and checkpoint.gguf is not None:
             g = checkpoint.gguf

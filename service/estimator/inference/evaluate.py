@@ -93,7 +93,8 @@ def fits(setup: ServingSetup, usable: int, seqs: int, seq_len: int, prompt: int)
 def check_length(setup: ServingSetup, seq_len: int) -> None:
     if setup.max_model_len is not None and seq_len > setup.max_model_len:
         raise InvalidRequest(
-            f"sequence_length {seq_len} exceeds engine_options.max_model_len {setup.max_model_len}",
+            f"sequence_length {seq_len} exceeds the {setup.max_model_len} tokens the engine "
+            f"gives one sequence (engine_options.{setup.engine.context_option or 'max_model_len'})",
             field="sequence_length",
         )
 

@@ -192,3 +192,38 @@ def test_engine_args_are_llama_server_flags() -> None:
     args = get_engine("llama.cpp").command_args(_settings(arch, n_ctx=8192), 1, 1, "auto")
     assert args[:4] == ["--n-gpu-layers", "all", "--ctx-size", "8192"]
     assert "--kv-unified" in args
+
+
+def test_several_gpus_split_layers_not_tensors() -> None:
+    arch = catalog_architecture(LLAMA_8B)
+    req = InferenceRequest(
+        architecture=arch,
+        engine="llama.cpp",
+        engine_options={"n_ctx": 4096, "n_parallel": 1},
+        sequence_length=None,
+        tensor_parallel_size=2,
+    )
+    with pytest.raises(InvalidRequest) as err:
+        estimate_inference(req)
+    assert err.value.field == "tensor_parallel_size"
+    # Two GPUs by layers: 16 layers each, the second also the output layer; each holds the
+    # KV of its own 16 layers (4096 cells × 16 × 4096 bytes).
+    import dataclasses
+
+    e = estimate_inference(
+        dataclasses.replace(req, tensor_parallel_size=1, pipeline_parallel_size=2)
+    )
+    assert e.per_gpu["kv_cache"] == 4096 * 16 * 4096
+
+
+def test_a_sequence_longer_than_a_slot_is_refused() -> None:
+    arch = catalog_architecture(LLAMA_8B)
+    req = InferenceRequest(
+        architecture=arch,
+        engine="llama.cpp",
+        engine_options={"n_ctx": 8192, "n_parallel": 4},
+        sequence_length=4096,
+    )
+    with pytest.raises(InvalidRequest) as err:
+        estimate_inference(req)  # 4 slots of their own: 2048 cells each
+    assert err.value.field == "sequence_length" and "n_ctx" in err.value.detail
