@@ -5,7 +5,7 @@ repository; files named below), per GPU:
 
 - **Weights** by offloaded layer (``src/llama-model.cpp``, ``load_tensors``): with
   ``n_gpu_layers = N`` the output layer is offloaded first, then the last ``N - 1`` repeating
-  layers (``i_gpu_start = max(n_layer + 1 - N, 0)``); ``N < 0`` or ``N > n_layer`` offloads
+  layers (``i_gpu_start = max(n_layer + 1 - N, 0)``); ``N > n_layer`` (the default) offloads
   everything. The token embedding always stays in a CPU buffer. A tied output (no
   ``output.weight``) is a duplicate of ``token_embd`` on the output device. Each tensor on a
   CUDA device takes what ``ggml_backend_cuda_buffer_type_get_alloc_size`` gives
@@ -103,7 +103,7 @@ class _Placed:
 
 
 def _offload(n_layer: int, n_gpu_layers: int, pp: int) -> _Placed:
-    n = n_layer + 1 if n_gpu_layers < 0 or n_gpu_layers > n_layer else n_gpu_layers
+    n = min(n_gpu_layers, n_layer + 1)
     start = max(n_layer + 1 - n, 0)
     on_gpu = n_layer - start
     if n == 0:
@@ -195,9 +195,8 @@ class LlamaCppEngine(Engine):
             "n_gpu_layers",
             int,
             "llama.cpp: layers offloaded to the GPUs (-ngl); the output layer counts as one and "
-            "goes first; -1 (default) offloads all.",
-            default=-1,
-            low=-1,
+            "goes first; default (and any value above the model's layers + 1): all.",
+            low=0,
             high=100_000,
             flag="--n-gpu-layers",
         ),
@@ -293,6 +292,8 @@ class LlamaCppEngine(Engine):
         self, values: Mapping[str, OptionValue | None], ctx: EngineContext
     ) -> Mapping[str, OptionValue | None]:
         out: dict[str, OptionValue | None] = {}
+        if values["n_gpu_layers"] is None:
+            out["n_gpu_layers"] = ctx.architecture.num_layers + 1
         n_ctx = values["n_ctx"]
         if n_ctx is None or n_ctx == 0:
             out["n_ctx"] = ctx.architecture.max_position_embeddings or DEFAULT_CONTEXT
@@ -318,7 +319,7 @@ class LlamaCppEngine(Engine):
     def command_args(self, s: EngineSettings, tp: int, pp: int, kv_cache_dtype: str) -> list[str]:
         args = [
             "--n-gpu-layers",
-            str(s["n_gpu_layers"]) if int(s["n_gpu_layers"]) >= 0 else "all",
+            str(s["n_gpu_layers"]),
             "--ctx-size",
             str(s["n_ctx"]),
             "--parallel",

@@ -136,7 +136,7 @@ def _arch_of_three_layers() -> Architecture:
         (2, 768 + 128 + 3072, 500 + 1000 + 2000),
         # all (and more than all): every layer; token_embd stays on the CPU.
         (4, 768 + 128 + 1024 + 2048 + 3072, 500),
-        (-1, 768 + 128 + 1024 + 2048 + 3072, 500),
+        (999, 768 + 128 + 1024 + 2048 + 3072, 500),
     ],
 )
 def test_layers_offloaded_output_first(ngl: int, gpu: int, host: int) -> None:
@@ -190,7 +190,7 @@ def test_converted_checkpoint_in_bf16() -> None:
 def test_engine_args_are_llama_server_flags() -> None:
     arch = catalog_architecture(LLAMA_8B)
     args = get_engine("llama.cpp").command_args(_settings(arch, n_ctx=8192), 1, 1, "auto")
-    assert args[:4] == ["--n-gpu-layers", "all", "--ctx-size", "8192"]
+    assert args[:4] == ["--n-gpu-layers", "33", "--ctx-size", "8192"]  # 32 layers + output
     assert "--kv-unified" in args
 
 
