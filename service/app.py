@@ -26,6 +26,7 @@ from service.catalog.gpu_catalog import load_gpu_catalog
 from service.catalog.model_catalog import load_model_catalog
 from service.estimator import memo
 from service.estimator.model.families import FAMILIES
+from service.model_store import ModelStore, ScanLimits, StoreIndex, WalkLimits, root_paths
 from service.settings import Settings, get_settings
 
 DESCRIPTION = """\
@@ -67,12 +68,34 @@ def _cpu_pool(settings: Settings, metrics: Metrics) -> CpuPool:
     )
 
 
+def model_store(app: FastAPI, settings: Settings) -> ModelStore:
+    """The model store of ``settings.model_dirs``; each new index bumps the catalog
+    generation, so the response cache never replays an answer from an older index."""
+
+    def changed(index: StoreIndex) -> None:
+        memo.register_shared(e.architecture for e in index.all())
+        app.state.catalog_generation = getattr(app.state, "catalog_generation", 0) + 1
+        app.state.metrics.catalog_entries.labels("store").set(len(index.entries))
+
+    limits = ScanLimits(
+        walk=WalkLimits(max_entries=settings.model_store_max_entries),
+        max_safetensors_header_bytes=settings.model_store_max_header_bytes,
+        max_gguf_metadata_bytes=settings.model_store_max_gguf_metadata_bytes,
+    )
+    return ModelStore(
+        root_paths(settings.model_dirs), settings.model_store_rescan_s, limits, changed
+    )
+
+
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     load_catalogs(app, app.state.settings)
     # A fresh pool per lifespan: an app started again after a shutdown (tests do) gets threads.
     app.state.cpu_pool = _cpu_pool(app.state.settings, app.state.metrics)
+    # In the background: readiness never waits for a large store to be indexed.
+    app.state.model_store.start()
     yield
+    app.state.model_store.stop()
     app.state.ready = False
     app.state.cpu_pool.shutdown()
     if app.state.access_log is not None:
@@ -97,6 +120,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.ready = False
     app.state.metrics = Metrics()
     app.state.access_log = AccessLog(log_handler) if settings.access_log else None
+    app.state.model_store = model_store(app, settings)
     app.state.cpu_pool = _cpu_pool(settings, app.state.metrics)
     install_problem_handlers(app)
     # Estimates first: routes are matched in order, and they are most of the traffic.

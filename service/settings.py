@@ -137,6 +137,40 @@ class Settings(BaseSettings):
         "a batch over it is refused with 413 before any estimate runs.",
     )
 
+    # --- the model store (service/model_store/, docs/models.md) ------------------------------
+    model_dirs: str = Field(
+        "",
+        description="Directories holding model files to index, read-only (os.pathsep-separated: "
+        "`:` on Linux): Hugging Face hub caches and plain model directories. Empty: no store.",
+    )
+    model_store_rescan_s: float = Field(
+        300.0,
+        ge=1,
+        le=86_400,
+        description="Seconds between two scans of the model store (new and removed models "
+        "appear without a restart).",
+    )
+    model_store_max_entries: int = Field(
+        100_000,
+        ge=100,
+        le=10_000_000,
+        description="Directory entries one scan of the model store visits at most.",
+    )
+    model_store_max_header_bytes: int = Field(
+        100_000_000,
+        ge=1024,
+        le=1_000_000_000,
+        description="Largest safetensors header read (the safetensors library's own limit); "
+        "a file with a larger one is skipped.",
+    )
+    model_store_max_gguf_metadata_bytes: int = Field(
+        64 * 1_048_576,
+        ge=1024,
+        le=1024 * 1_048_576,
+        description="Largest GGUF metadata and tensor-info section read; a file with a larger "
+        "one is skipped.",
+    )
+
     @model_validator(mode="after")
     def _tls_settings_agree(self) -> Self:
         if (self.tls_cert_file is None) != (self.tls_key_file is None):

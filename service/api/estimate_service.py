@@ -21,6 +21,7 @@ from service.catalog.gpu_catalog import GpuCatalog
 from service.catalog.model_catalog import ModelCatalog
 from service.estimator.answer import Answer, answer_finetune, answer_inference
 from service.estimator.errors import InvalidRequest
+from service.model_store import StoreIndex
 
 __all__ = ["Catalogs", "Observation", "run_estimate"]
 
@@ -36,6 +37,7 @@ MAX_WIRE_INTEGER = 2**63 - 1
 class Catalogs:
     models: ModelCatalog
     gpus: GpuCatalog
+    store: StoreIndex | None = None  # the model store's current index (shadows `models`)
 
 
 def run_estimate(
@@ -43,7 +45,7 @@ def run_estimate(
 ) -> tuple[EstimateResponse, Observation]:
     """Resolve, answer, count: the rendered answer and its domain-metric labels."""
     started = time.perf_counter()
-    model = resolve_model(body, catalogs.models)
+    model = resolve_model(body, catalogs.models, catalogs.store)
     gpu = None
     if body.gpu is not None:
         gpu = resolve_gpu(catalogs.gpus, body.gpu)

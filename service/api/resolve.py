@@ -16,12 +16,31 @@ from service.estimator.answer import ModelSpec
 from service.estimator.gpu import GpuSpec
 from service.estimator.memo import memoized
 from service.estimator.model import Architecture, read_config
+from service.model_store import StoreIndex
 
 __all__ = ["ad_hoc_gpu", "resolve_gpu", "resolve_model"]
 
 
-def resolve_model(body: ModelSelector, catalog: ModelCatalog) -> ModelSpec:
+def resolve_model(
+    body: ModelSelector, catalog: ModelCatalog, store: StoreIndex | None = None
+) -> ModelSpec:
     if body.model is not None:
+        # A store model shadows a catalog entry of the same id.
+        found = store.get(body.model) if store is not None else None
+        if found is not None:
+            return ModelSpec(
+                found.id.split("/")[-1],
+                found.id,
+                found.counts.total,
+                found.counts.active,
+                found.dtype,
+                found.architecture,
+                checkpoint=found.checkpoint,
+                notes=(
+                    f"model from the store (root {found.root_index}: {found.path})",
+                    *found.notes,
+                ),
+            )
         entry = catalog.get(body.model)
         counts = entry.counts
         return ModelSpec(

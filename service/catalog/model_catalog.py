@@ -108,10 +108,11 @@ class ModelCatalog:
             return entry
         names = {name.lower(): name for e in self._entries for name in e.names}
         close = difflib.get_close_matches(model_id.lower(), list(names), n=3, cutoff=0.6)
-        hint = f"; did you mean {', '.join(names[c] for c in close)}?" if close else ""
+        hint = f" (did you mean {', '.join(names[c] for c in close)}?)" if close else ""
         raise NotFound(
-            f"model {model_id!r} is not in the catalog{hint}; post its config.json as hf_config, "
-            "or put the model in the model store (LLMMEM_MODEL_DIRS)",
+            f"model {model_id!r} is not in the catalog{hint}: post its config.json as "
+            "`hf_config`, or put its files in the model store (a directory listed in "
+            "LLMMEM_MODEL_DIRS)",
             field="model",
         )
 

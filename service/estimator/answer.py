@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from service.estimator.checkpoint import CheckpointWeights
 from service.estimator.gpu import GpuSpec
 from service.estimator.inference import InferenceRequest, estimate_inference, fit_inference
 from service.estimator.model import Architecture, count_parameters
@@ -51,6 +52,10 @@ class ModelSpec:
     active_parameter_count: int
     dtype: str
     architecture: Architecture | None
+    # The checkpoint's own bytes (a model-store model read from its headers).
+    checkpoint: CheckpointWeights | None = None
+    # Where the model came from and what its files say, for the assumptions.
+    notes: tuple[str, ...] = ()
 
     @classmethod
     def from_architecture(cls, name: str, model_id: str | None, arch: Architecture) -> ModelSpec:
@@ -88,6 +93,7 @@ def _finish(
     model: ModelSpec, estimate: Estimate, fit: Fit | None, gpu: GpuSpec | None, extra: list[str]
 ) -> Answer:
     assumptions = (*extra, *estimate.assumptions, *(fit.assumptions if fit else ()))
+    assumptions = (*model.notes, *assumptions)
     if model.architecture is not None:
         assumptions = (*model.architecture.assumptions, *assumptions)
     summary = summarize(model.name, estimate, fit, gpu.name if gpu else None)
@@ -139,6 +145,7 @@ def answer_inference(
         architecture=model.architecture,
         gpu_memory_bytes=gpu.total_bytes if gpu else None,
         gpu=gpu,
+        checkpoint=model.checkpoint,
     )
     estimate = estimate_inference(request)
     fit = fit_inference(request, gpu.ref, gpu_count) if gpu is not None else None
@@ -184,6 +191,11 @@ def answer_finetune(
         return _finish(model, estimate, fit, gpu, extra)
 
     request = dataclasses.replace(request, architecture=model.architecture)
+    if model.checkpoint is not None:
+        extra.append(
+            f"the checkpoint's headers give {model.checkpoint.total_bytes} bytes of weights; "
+            "training holds them in the dtypes above, counted from the config"
+        )
     estimate = estimate_finetune(request)
     fit = fit_finetune(request, gpu) if gpu is not None else None
     return _finish(model, estimate, fit, gpu, extra)

@@ -48,7 +48,7 @@ def _catalogs(request: Request) -> Catalogs:
     # Straight from the app state, not as FastAPI dependencies: solving two dependencies cost
     # more per request than the estimate (bench/profile.txt).
     state = request.app.state
-    return Catalogs(state.model_catalog, state.gpu_catalog)
+    return Catalogs(state.model_catalog, state.gpu_catalog, state.model_store.index)
 
 
 def json_response(content: EstimateResponse | BatchResponse | dict[str, Any]) -> Response:

@@ -1,15 +1,17 @@
-"""GET /v1/models and /v1/models/{model_id}: the model catalog with parameter accounting."""
+"""GET /v1/models and /v1/models/{model_id}: the model catalog and the model store (which
+shadows it), with parameter accounting."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Request
 
 from service.api.deps import get_model_catalog
 from service.api.problems import problem_responses
-from service.api.schemas.models import ModelList, ModelRecord
+from service.api.schemas.models import ModelList, ModelRecord, StoreLocation
 from service.catalog.model_catalog import ModelCatalog, ModelEntry
+from service.model_store import StoreEntry, StoreIndex
 
 router = APIRouter(prefix="/v1/models", tags=["models"])
 
@@ -32,6 +34,42 @@ def model_record(entry: ModelEntry) -> ModelRecord:
     )
 
 
+def store_record(entry: StoreEntry) -> ModelRecord:
+    arch, counts = entry.architecture, entry.counts
+    return ModelRecord(
+        id=entry.id,
+        aliases=[],
+        model_type=arch.model_type,
+        parameter_count=counts.total,
+        active_parameter_count=counts.active,
+        parameters_by_component=dict(counts.by_component),
+        dtype=entry.dtype,
+        max_position_embeddings=arch.max_position_embeddings,
+        architecture=arch.as_dict(),
+        source="store",
+        store=StoreLocation(
+            root_index=entry.root_index,
+            path=entry.path,
+            revision=entry.revision,
+            format=entry.format,
+            weight_bytes=entry.checkpoint.total_bytes if entry.checkpoint else None,
+        ),
+    )
+
+
+def _store(request: Request) -> StoreIndex:
+    return request.app.state.model_store.index  # type: ignore[no-any-return]
+
+
+def _wanted(entry: StoreEntry, family: str | None, low: int | None, high: int | None) -> bool:
+    arch = entry.architecture
+    if family is not None and family.lower() not in (arch.family_name, arch.model_type):
+        return False
+    if low is not None and entry.counts.total < low:
+        return False
+    return high is None or entry.counts.total <= high
+
+
 @router.get(
     "",
     response_model=ModelList,
@@ -39,6 +77,7 @@ def model_record(entry: ModelEntry) -> ModelRecord:
     responses=problem_responses(422),
 )
 def list_models(
+    request: Request,
     catalog: Annotated[ModelCatalog, Depends(get_model_catalog)],
     family: Annotated[
         str | None,
@@ -53,8 +92,18 @@ def list_models(
         int | None, Query(ge=0, le=MAX_COUNT, description="At most this many parameters.")
     ] = None,
 ) -> ModelList:
-    entries = catalog.filter(family, min_parameters, max_parameters)
-    return ModelList(models=[model_record(e) for e in entries])
+    store = _store(request)
+    # A store model shadows the catalog entry of the same id.
+    records = [
+        model_record(e)
+        for e in catalog.filter(family, min_parameters, max_parameters)
+        if not any(store.get(name) for name in e.names)
+    ]
+    records += [
+        store_record(e) for e in store.all() if _wanted(e, family, min_parameters, max_parameters)
+    ]
+    records.sort(key=lambda r: r.id.lower())
+    return ModelList(models=records)
 
 
 @router.get(
@@ -64,6 +113,9 @@ def list_models(
     responses=problem_responses(404, 422),
 )
 def get_model(
-    model_id: str, catalog: Annotated[ModelCatalog, Depends(get_model_catalog)]
+    model_id: str, request: Request, catalog: Annotated[ModelCatalog, Depends(get_model_catalog)]
 ) -> ModelRecord:
+    found = _store(request).get(model_id)
+    if found is not None:
+        return store_record(found)
     return model_record(catalog.get(model_id))

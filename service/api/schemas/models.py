@@ -9,6 +9,24 @@ from pydantic import Field
 from service.api.schemas.common import ResponseModel
 
 
+class StoreLocation(ResponseModel):
+    """Where the model store found a model (never an absolute path: the root by its index)."""
+
+    root_index: int = Field(description="Index of the root in LLMMEM_MODEL_DIRS (from 0).")
+    path: str = Field(
+        description="The model's directory (or GGUF file) relative to that root.",
+        examples=["models--meta-llama--Llama-3.2-1B/snapshots/4e20de36"],
+    )
+    revision: str | None = Field(description="The hub-cache snapshot (commit), if any.")
+    format: str = Field(
+        description="What the weights were read from: `safetensors` headers, `gguf` tensor "
+        "infos, or `config` (no weight files: bytes from the config)."
+    )
+    weight_bytes: int | None = Field(
+        description="The checkpoint's tensor bytes, from its headers (null: no weight files)."
+    )
+
+
 class ModelRecord(ResponseModel):
     id: str = Field(description="Hugging Face repo id.", examples=["meta-llama/Llama-3.1-8B"])
     aliases: list[str] = Field(default_factory=list, description="Other ids that resolve here.")
@@ -21,7 +39,13 @@ class ModelRecord(ResponseModel):
     dtype: str = Field(description="The checkpoint's own dtype.")
     max_position_embeddings: int | None = None
     architecture: dict[str, Any] = Field(description="The normalized fields the estimator uses.")
-    source: str = Field(description="Where the configuration came from.")
+    source: str = Field(
+        description="Where the configuration came from: a public reference, or `store` for a "
+        "model found in the model store."
+    )
+    store: StoreLocation | None = Field(
+        None, description="For a model-store model: where it was found."
+    )
 
 
 class ModelList(ResponseModel):

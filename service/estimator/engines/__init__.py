@@ -12,6 +12,7 @@ from types import MappingProxyType
 
 from service.estimator.engines.base import Engine, EngineContext, EngineSettings, Option
 from service.estimator.engines.generic import GenericEngine
+from service.estimator.engines.llamacpp import LlamaCppEngine
 from service.estimator.engines.sglang import SglangEngine
 from service.estimator.engines.transformers import TransformersEngine
 from service.estimator.engines.vllm import VllmEngine
@@ -28,7 +29,13 @@ __all__ = [
     "get_engine",
 ]
 
-_ENGINES: tuple[Engine, ...] = (GenericEngine(), TransformersEngine(), VllmEngine(), SglangEngine())
+_ENGINES: tuple[Engine, ...] = (
+    GenericEngine(),
+    TransformersEngine(),
+    VllmEngine(),
+    SglangEngine(),
+    LlamaCppEngine(),
+)
 
 REGISTRY: Mapping[str, Engine] = MappingProxyType({e.name: e for e in _ENGINES})
 

@@ -22,6 +22,7 @@ from service.estimator.units import GIB, normalize_dtype
 from service.estimator.weights import Placement
 
 if TYPE_CHECKING:
+    from service.estimator.checkpoint import CheckpointWeights
     from service.estimator.formats import WeightFormat
     from service.estimator.forward import ForwardCoefficients
     from service.estimator.gpu import GpuSpec
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from service.estimator.kv_cache import KvLayout
     from service.estimator.model import Architecture
     from service.estimator.result import Capacity
+    from service.estimator.weights import WeightLayout
 
 __all__ = [
     "DtypeChoice",
@@ -38,6 +40,7 @@ __all__ = [
     "Option",
     "StageArgs",
     "StageBuild",
+    "WeightSplit",
     "activation_dtype",
     "tp_sizes_dividing_widths",
 ]
@@ -190,8 +193,9 @@ class DtypeChoice:
 @dataclass(frozen=True, slots=True)
 class StageBuild:
     """What an engine adds to one pipeline stage of a setup: the activation its budget
-    reserves whatever the workload (a profiling run's peak, a kernel's scratch) and its own
-    per-stage state (vLLM's KV-cache groups)."""
+    reserves whatever the workload (a profiling run's peak, a kernel's scratch), the KV cache
+    it allocates whatever the workload (llama.cpp: every cell of its context at start), what
+    it holds in host memory, and its own per-stage state (vLLM's KV-cache groups)."""
 
     fixed_activation: int = 0
     state: Any = None
@@ -199,6 +203,19 @@ class StageBuild:
     # Bytes the engine's kernels store beyond the checkpoint's tensors on each GPU of the
     # stage (weights repacked or padded for the kernel the GPU runs): part of its weights.
     extra_weights: int = 0
+    fixed_kv: int = 0
+    host_bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class WeightSplit:
+    """An engine's own placement of the weights: bytes on one GPU of each pipeline stage and
+    in host memory (llama.cpp keeps layers that are not offloaded, and the token embedding, in
+    CPU buffers)."""
+
+    per_stage: tuple[int, ...]
+    host_bytes: int = 0
+    notes: tuple[str, ...] = ()
 
 
 class Engine:
@@ -300,6 +317,17 @@ class Engine:
         """How weights are placed, and what every GPU holds next to them."""
         return Placement()
 
+    def place_weights(
+        self,
+        arch: Architecture,
+        layout: WeightLayout,
+        checkpoint: CheckpointWeights | None,
+        s: EngineSettings,
+    ) -> WeightSplit | None:
+        """The engine's own weight placement (None: the shard roles' ``layout``, scaled to the
+        checkpoint's header bytes when they are known)."""
+        return None
+
     def max_model_len(self, s: EngineSettings) -> int | None:
         """The longest sequence the engine is configured for (None: no such limit)."""
         return None
@@ -371,3 +399,5 @@ class StageArgs:
     gpu: GpuSpec | None = None
     act_dtype: str = "bf16"
     layers: int = 0  # decoder layers on this stage
+    index: int = 0  # the stage's place in the pipeline, first 0
+    pp: int = 1

@@ -44,7 +44,12 @@ def stage_components(
 ) -> tuple[int, int, int, int]:
     """(weights, kv_cache, activations, overhead) of one GPU of stage `st`."""
     kv, act = setup.engine.sequence_cost(setup, st, seq_len, prompt)
-    return st.weights, seqs * kv, st.fixed_activation + seqs * act, setup.overhead.total
+    return (
+        st.weights,
+        st.fixed_kv + seqs * kv,
+        st.fixed_activation + seqs * act,
+        setup.overhead.total,
+    )
 
 
 def per_gpu(setup: ServingSetup, seqs: int, seq_len: int, prompt: int) -> tuple[int, int, int, int]:
@@ -88,7 +93,8 @@ def fits(setup: ServingSetup, usable: int, seqs: int, seq_len: int, prompt: int)
 def check_length(setup: ServingSetup, seq_len: int) -> None:
     if setup.max_model_len is not None and seq_len > setup.max_model_len:
         raise InvalidRequest(
-            f"sequence_length {seq_len} exceeds engine_options.max_model_len {setup.max_model_len}",
+            f"sequence_length {seq_len} exceeds the {setup.max_model_len} tokens the engine "
+            f"gives one sequence (engine_options.{setup.engine.context_option or 'max_model_len'})",
             field="sequence_length",
         )
 
@@ -137,6 +143,7 @@ def estimate_inference(req: InferenceRequest) -> Estimate:
         gpu_count=setup.tp * setup.pp,
         assumptions=tuple(dict.fromkeys(assumptions)),
         capacity=capacity,
+        cpu_bytes=setup.host_bytes,
         details=MappingProxyType(details),
     )
 

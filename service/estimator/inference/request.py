@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from service.estimator.checkpoint import CheckpointWeights
 from service.estimator.engines import EngineContext, EngineSettings, get_engine
 from service.estimator.errors import InvalidRequest
 from service.estimator.gpu import GpuSpec
@@ -45,6 +46,8 @@ class InferenceRequest:
     attention: str = "flash"
     gpu_memory_bytes: int | None = None
     gpu: GpuSpec | None = None
+    # What the checkpoint's files say about its weights (a model-store model), if known.
+    checkpoint: CheckpointWeights | None = None
 
     @property
     def arch(self) -> Architecture:
@@ -156,4 +159,5 @@ def setup_for(req: InferenceRequest, tp: int | None = None, pp: int | None = Non
         req.attention,
         req.gpu_memory_bytes,
         req.gpu,
+        req.checkpoint,
     )

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from service.estimator.checkpoint import CheckpointWeights, scale_to_checkpoint
 from service.estimator.engines import get_engine
 from service.estimator.engines.base import Engine, EngineSettings, StageArgs
 from service.estimator.engines.overhead import OverheadTerms
@@ -22,8 +23,9 @@ from service.estimator.gpu import GpuSpec
 from service.estimator.kv_cache import KvLayout, stage_kv_layouts
 from service.estimator.memo import memoized
 from service.estimator.model import Architecture
+from service.estimator.parallel import pp_layer_partition
 from service.estimator.units import bytes_per_element
-from service.estimator.weights import resolve_format, weight_layout
+from service.estimator.weights import Placement, WeightLayout, resolve_format, weight_layout
 
 __all__ = ["ATTENTION", "ServingSetup", "Stage", "serving_setup"]
 
@@ -40,7 +42,8 @@ class Stage:
     is_last: bool
     fixed_activation: int  # what the engine reserves whatever the workload
     engine_state: Any  # the engine's own (vLLM: its KV-cache groups)
-    base: int  # weights + fixed activation + overhead: what no workload changes
+    base: int  # weights + fixed activation + fixed KV + overhead: what no workload changes
+    fixed_kv: int = 0  # KV cache the engine allocates whatever the workload (llama.cpp)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +65,7 @@ class ServingSetup:
     assumptions: tuple[str, ...]
     unsupported: str | None = None  # why the GPU cannot run this setup (None: it can)
     gpu: GpuSpec | None = None
+    host_bytes: int = 0  # what the engine holds in host memory (llama.cpp's CPU buffers)
 
     @property
     def budget_fraction(self) -> float:
@@ -83,6 +87,7 @@ def serving_setup(
     attention: str,
     gpu_memory_bytes: int | None,
     gpu: GpuSpec | None = None,
+    checkpoint: CheckpointWeights | None = None,
 ) -> ServingSetup:
     """Build the setup (validated layout, engine settings already resolved)."""
     engine = get_engine(settings.engine)
@@ -97,10 +102,14 @@ def serving_setup(
     # vLLM, SGLang and transformers 5 all cache MLA's compressed latent.
     kv_layouts = stage_kv_layouts(arch, kvb, tp, pp, True)
     max_model_len = engine.max_model_len(settings)
-    layout = weight_layout(arch, weight_format, tp, pp, engine.placement(arch, settings, d))
+    placement = engine.placement(arch, settings, d)
+    layout = weight_layout(arch, weight_format, tp, pp, placement)
+    per_stage, host_bytes, weight_notes = _placed_weights(
+        arch, engine, settings, layout, placement, checkpoint, pp, own=weight_format is None
+    )
     eager = attention == "eager" and not engine.fused_kernels
     coeffs = forward_coefficients(arch, d, tp, fused_moe=engine.fused_kernels, eager=eager)
-    assumptions = [*choice.notes, *layout.assumptions]
+    assumptions = [*choice.notes, *layout.assumptions, *weight_notes]
     if eager:
         assumptions.append("eager attention materializes heads × prompt² scores (+fp32 softmax)")
     inside, outside = engine.overheads_on(settings, tp, pp, max(k.layers for k in kv_layouts), gpu)
@@ -120,10 +129,13 @@ def serving_setup(
                 gpu=gpu,
                 act_dtype=act_dtype,
                 layers=kv.layers,
+                index=i,
+                pp=pp,
             )
         )
         assumptions.extend(build.notes)
-        weights = layout.per_stage[i] + build.extra_weights
+        host_bytes += build.host_bytes
+        weights = per_stage[i] + build.extra_weights
         stages.append(
             Stage(
                 index=i,
@@ -132,7 +144,8 @@ def serving_setup(
                 is_last=i == pp - 1,
                 fixed_activation=build.fixed_activation,
                 engine_state=build.state,
-                base=weights + build.fixed_activation + inside.total,
+                base=weights + build.fixed_activation + build.fixed_kv + inside.total,
+                fixed_kv=build.fixed_kv,
             )
         )
     assumptions.extend(engine.setup_notes(arch, settings, stages[-1].engine_state))
@@ -153,6 +166,37 @@ def serving_setup(
         max_model_len=max_model_len,
         assumptions=tuple(dict.fromkeys(assumptions)),
         unsupported=choice.unsupported,
+        host_bytes=host_bytes,
         gpu=gpu,
     )
     return engine.complete(setup)
+
+
+def _placed_weights(
+    arch: Architecture,
+    engine: Engine,
+    settings: EngineSettings,
+    layout: WeightLayout,
+    placement: Placement,
+    checkpoint: CheckpointWeights | None,
+    pp: int,
+    *,
+    own: bool,
+) -> tuple[tuple[int, ...], int, tuple[str, ...]]:
+    """Per-stage GPU weight bytes, host bytes and notes: the engine's own placement if it has
+    one, else the shard roles' layout scaled to the checkpoint's header bytes (only when the
+    weights are served in the checkpoint's own format, ``own``)."""
+    split = engine.place_weights(arch, layout, checkpoint, settings)
+    if split is not None:
+        return split.per_stage, split.host_bytes, split.notes
+    if checkpoint is None or not own:
+        return layout.per_stage, 0, ()
+    extras = tuple(
+        placement.extra_per_gpu + placement.extra_per_layer * n
+        for n in pp_layer_partition(arch.num_layers, pp)
+    )
+    with_vision = placement.include_vision and arch.vision is not None
+    per_stage, notes = scale_to_checkpoint(
+        layout.per_stage, extras, layout.model_bytes, checkpoint, with_vision=with_vision
+    )
+    return per_stage, 0, notes

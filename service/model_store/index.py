@@ -1,0 +1,371 @@
+"""The store's index: every model found under the store roots, built from headers only.
+
+For each model directory (:mod:`.layout`) the index reads ``config.json`` (its
+``quantization_config`` included), ``model.safetensors.index.json`` (``metadata.total_size``)
+and the header of every ``.safetensors`` file, or the metadata and tensor infos of its
+``.gguf`` files, and builds the :class:`~service.estimator.model.Architecture` and the
+checkpoint's exact bytes per component (:class:`~service.estimator.checkpoint.CheckpointWeights`).
+A file or model that cannot be read is skipped with its reason (logged and kept in
+:attr:`StoreIndex.skipped`); nothing stops the index.
+
+Headers are re-read only for files whose size or modification time changed since the last
+scan; a scan reads at most ``max_header_bytes_per_scan`` bytes of headers and visits at most
+``max_entries`` directory entries.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from service.estimator.checkpoint import MTP, TEXT, VISION, CheckpointWeights
+from service.estimator.errors import EstimatorError
+from service.estimator.model import Architecture, ParameterCounts, count_parameters, read_config
+from service.model_store.gguf_file import GgufError, quant_tag, read_gguf, split_part
+from service.model_store.layout import ModelDir, WalkLimits, discover
+from service.model_store.safetensors_header import HeaderError, SafetensorsHeader, read_header
+
+__all__ = ["ScanLimits", "Skipped", "StoreEntry", "StoreIndex", "build_index", "root_paths"]
+
+log = logging.getLogger("service.model_store")
+
+_MAX_JSON_BYTES = 8 * 2**20  # config.json, model.safetensors.index.json
+# GGUF files llama.cpp's `-hf` never takes for the model (common/download.cpp).
+_NOT_MODELS = ("mmproj", "imatrix", "mtp-", "eagle3-", "dflash-", "dspark-")
+_VISION_MARKERS = (
+    "vision_tower",
+    "vision_model",
+    "visual.",
+    "vision.",
+    "multi_modal_projector",
+    "mm_projector",
+    "image_newline",
+    "audio_tower",
+    "vision_embed",
+)
+_LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+
+
+@dataclass(frozen=True, slots=True)
+class ScanLimits:
+    walk: WalkLimits = field(default_factory=WalkLimits)
+    max_safetensors_header_bytes: int = 100_000_000
+    max_gguf_metadata_bytes: int = 64 * 2**20
+    max_header_bytes_per_scan: int = 2**30
+
+
+@dataclass(frozen=True, slots=True)
+class StoreEntry:
+    """One model of the store, as an estimate resolves it."""
+
+    id: str
+    root_index: int
+    path: str  # relative to its root
+    revision: str | None
+    format: str  # "safetensors" | "gguf" | "config"
+    architecture: Architecture
+    counts: ParameterCounts
+    config: Mapping[str, Any]
+    checkpoint: CheckpointWeights | None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def dtype(self) -> str:
+        return self.architecture.dtype
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    root_index: int
+    path: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class StoreIndex:
+    entries: Mapping[str, StoreEntry]  # lower-cased id -> entry
+    skipped: tuple[Skipped, ...] = ()
+    complete: bool = True  # False: a bound stopped the scan early
+    scanned_at: float = 0.0
+    duration_s: float = 0.0
+    header_bytes: int = 0
+
+    def get(self, model_id: str) -> StoreEntry | None:
+        return self.entries.get(model_id.strip().lower())
+
+    def all(self) -> tuple[StoreEntry, ...]:
+        return tuple(sorted(self.entries.values(), key=lambda e: e.id.lower()))
+
+
+@dataclass
+class _Scan:
+    limits: ScanLimits
+    previous: Mapping[tuple[Any, ...], Any]
+    cache: dict[tuple[Any, ...], Any] = field(default_factory=dict)
+    header_bytes: int = 0
+    complete: bool = True
+
+    def cached(self, key: tuple[Any, ...], read: Any, cost: int) -> Any:
+        """The parse of ``key`` from the last scan, or ``read()`` if the budget allows."""
+        if key in self.previous:
+            self.cache[key] = self.previous[key]
+            return self.cache[key]
+        if self.header_bytes + cost > self.limits.max_header_bytes_per_scan:
+            self.complete = False
+            raise _Budget
+        try:
+            value = read()
+        except (HeaderError, GgufError, OSError, ValueError) as exc:
+            value = _Failed(str(exc))
+        except Exception as exc:  # a hostile file must never stop the scan
+            value = _Failed(f"unreadable ({type(exc).__name__}: {str(exc)[:200]})")
+        self.header_bytes += cost
+        self.cache[key] = value
+        return value
+
+
+class _Budget(Exception):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class _Failed:
+    reason: str
+
+
+def _key(path: Path) -> tuple[Any, ...]:
+    st = path.stat()
+    return (str(path), st.st_size, st.st_mtime_ns)
+
+
+def _read_json(path: Path) -> Any:
+    if path.stat().st_size > _MAX_JSON_BYTES:
+        raise ValueError(f"larger than {_MAX_JSON_BYTES} bytes")
+    return json.loads(path.read_bytes())
+
+
+def _component(name: str, num_layers: int) -> str:
+    lowered = name.lower()
+    if any(m in lowered for m in _VISION_MARKERS):
+        return VISION
+    if "mtp" in lowered:
+        return MTP
+    m = _LAYER.search(name)
+    if m is not None and int(m.group(1)) >= num_layers:
+        return MTP  # DeepSeek-V3 style: the layers past num_hidden_layers are MTP modules
+    return TEXT
+
+
+def _safetensors_entry(
+    scan: _Scan, model: ModelDir, root_index: int, config: Mapping[str, Any], arch: Architecture
+) -> tuple[CheckpointWeights | None, list[str]]:
+    notes: list[str] = []
+    names = sorted(n for n in model.files if n.endswith(".safetensors") and "/" not in n)
+    if not names:
+        return None, ["no .safetensors files: weights from the config"]
+    components: dict[str, int] = {}
+    for name in names:
+        path = model.files[name]
+        cost = min(path.stat().st_size, scan.limits.max_safetensors_header_bytes + 8)
+        cap = scan.limits.max_safetensors_header_bytes
+        header = scan.cached(("st", *_key(path)), lambda p=path, c=cap: read_header(p, c), cost)
+        if isinstance(header, _Failed):
+            raise _ModelSkip(f"{name}: {header.reason}")
+        assert isinstance(header, SafetensorsHeader)
+        for t in header.tensors:
+            c = _component(t.name, arch.num_layers)
+            components[c] = components.get(c, 0) + t.nbytes
+    index_total = None
+    index_path = model.files.get("model.safetensors.index.json")
+    if index_path is not None:
+        try:
+            doc = _read_json(index_path)
+            total = doc.get("metadata", {}).get("total_size") if isinstance(doc, dict) else None
+            index_total = int(total) if isinstance(total, int | float | str) else None
+        except (OSError, ValueError, AttributeError):
+            notes.append("model.safetensors.index.json unreadable: ignored")
+    header_total = sum(components.values())
+    if index_total is not None and index_total != header_total:
+        notes.append(
+            f"model.safetensors.index.json gives total_size {index_total} bytes, the headers "
+            f"{header_total}: the headers are used"
+        )
+    checkpoint = CheckpointWeights(
+        "safetensors", tuple(sorted(components.items())), index_total_bytes=index_total
+    )
+    return checkpoint, notes
+
+
+class _ModelSkip(Exception):
+    pass
+
+
+def _entries_of(
+    scan: _Scan, model: ModelDir, root_index: int, skipped: list[Skipped]
+) -> list[StoreEntry]:
+    out: list[StoreEntry] = []
+    config_path = model.files.get("config.json")
+    if config_path is not None:
+        try:
+            out.append(_hf_entry(scan, model, root_index, config_path))
+        except _ModelSkip as exc:
+            skipped.append(Skipped(root_index, model.path, str(exc)))
+    groups: dict[str, list[tuple[int, int, str]]] = {}
+    for name in model.files:
+        if not name.endswith(".gguf"):
+            continue
+        base = name.rsplit("/", 1)[-1].lower()
+        if any(base.startswith(p) or f"-{p}" in base for p in _NOT_MODELS):
+            continue
+        stem, part, of = split_part(name[:-5])
+        groups.setdefault(stem, []).append((part, of, name))
+    for stem, parts in sorted(groups.items()):
+        try:
+            out.append(_gguf_entry(scan, model, root_index, stem, sorted(parts)))
+        except _ModelSkip as exc:
+            skipped.append(Skipped(root_index, f"{model.path}/{stem}.gguf", str(exc)))
+    return out
+
+
+def _hf_entry(scan: _Scan, model: ModelDir, root_index: int, config_path: Path) -> StoreEntry:
+    config = scan.cached(("json", *_key(config_path)), lambda: _read_json(config_path), 0)
+    if isinstance(config, _Failed):
+        raise _ModelSkip(f"config.json is not JSON: {config.reason}")
+    if not isinstance(config, dict):
+        raise _ModelSkip("config.json is not a JSON object")
+    try:
+        arch = read_config(config)
+    except EstimatorError as exc:
+        raise _ModelSkip(f"config.json: {exc.detail}") from None
+    checkpoint, notes = _safetensors_entry(scan, model, root_index, config, arch)
+    return StoreEntry(
+        id=model.id,
+        root_index=root_index,
+        path=model.path,
+        revision=model.revision,
+        format="safetensors" if checkpoint else "config",
+        architecture=arch,
+        counts=count_parameters(arch),
+        config=MappingProxyType(config),
+        checkpoint=checkpoint,
+        notes=tuple(notes),
+    )
+
+
+def _gguf_entry(
+    scan: _Scan, model: ModelDir, root_index: int, stem: str, parts: list[tuple[int, int, str]]
+) -> StoreEntry:
+    of = parts[0][1]
+    if [p for p, _, _ in parts] != list(range(1, of + 1)) or any(o != of for _, o, _ in parts):
+        raise _ModelSkip(f"split GGUF incomplete: {len(parts)} of {of} parts present")
+    paths = [model.files[name] for _, _, name in parts]
+    key = ("gguf", *(k for p in paths for k in _key(p)))
+    cap = scan.limits.max_gguf_metadata_bytes
+    cost = min(sum(p.stat().st_size for p in paths), cap * len(paths))
+    read = scan.cached(key, lambda: read_gguf(paths, cap), cost)
+    if isinstance(read, _Failed):
+        raise _ModelSkip(read.reason)
+    tag = quant_tag(stem.rsplit("/", 1)[-1]) or read.file_type or stem.rsplit("/", 1)[-1]
+    try:
+        arch = read_config(read.config)
+    except EstimatorError as exc:
+        raise _ModelSkip(f"GGUF metadata: {exc.detail}") from None
+    w = read.weights
+    checkpoint = CheckpointWeights("gguf", ((TEXT, w.total_bytes),), gguf=w)
+    notes = (
+        f"GGUF {tag}: tensor types "
+        + ", ".join(f"{n} × {t}" for t, n in w.types)
+        + f" ({w.total_bytes} bytes)",
+    )
+    return StoreEntry(
+        id=f"{model.id}:{tag}",
+        root_index=root_index,
+        path=f"{model.path}/{parts[0][2]}",
+        revision=model.revision,
+        format="gguf",
+        architecture=arch,
+        counts=count_parameters(arch),
+        config=MappingProxyType(read.config),
+        checkpoint=checkpoint,
+        notes=notes,
+    )
+
+
+def build_index(
+    roots: tuple[Path, ...],
+    limits: ScanLimits = ScanLimits(),
+    previous: StoreIndex | None = None,
+    previous_cache: Mapping[tuple[Any, ...], Any] | None = None,
+) -> tuple[StoreIndex, dict[tuple[Any, ...], Any]]:
+    """Scan ``roots`` (in order: an id found under an earlier root wins) into an index.
+
+    Returns the index and the parse cache the next scan reuses."""
+    started = time.monotonic()
+    scan = _Scan(limits, previous_cache or {})
+    entries: dict[str, StoreEntry] = {}
+    skipped: list[Skipped] = []
+    for root_index, root in enumerate(roots):
+        if not root.is_dir():
+            skipped.append(Skipped(root_index, ".", "not a directory"))
+            continue
+        models, skips, truncated = discover(root, limits.walk)
+        if truncated:
+            scan.complete = False
+            skipped.append(
+                Skipped(root_index, ".", f"scan stopped after {limits.walk.max_entries} entries")
+            )
+        skipped.extend(Skipped(root_index, s.path, s.reason) for s in skips)
+        for model in models:
+            try:
+                found = _entries_of(scan, model, root_index, skipped)
+            except _Budget:
+                skipped.append(Skipped(root_index, model.path, "header budget of this scan spent"))
+                continue
+            except OSError as exc:
+                skipped.append(Skipped(root_index, model.path, f"unreadable: {exc.strerror}"))
+                continue
+            for entry in found:
+                key = entry.id.lower()
+                if key in entries:
+                    other = entries[key]
+                    skipped.append(
+                        Skipped(
+                            root_index,
+                            entry.path,
+                            f"id {entry.id} already indexed from root {other.root_index} "
+                            f"({other.path})",
+                        )
+                    )
+                    continue
+                entries[key] = entry
+    for s in skipped:
+        if previous is None or s not in previous.skipped:
+            log.warning(
+                "model store: skipped %s (root %d): %s",
+                s.path,
+                s.root_index,
+                s.reason,
+                extra={"store_root": s.root_index, "store_path": s.path},
+            )
+    index = StoreIndex(
+        entries=MappingProxyType(entries),
+        skipped=tuple(skipped),
+        complete=scan.complete,
+        scanned_at=time.time(),
+        duration_s=time.monotonic() - started,
+        header_bytes=scan.header_bytes,
+    )
+    return index, scan.cache
+
+
+def root_paths(value: str) -> tuple[Path, ...]:
+    """``LLMMEM_MODEL_DIRS`` (os.pathsep-separated) as paths, empty parts dropped."""
+    return tuple(Path(p) for p in value.split(os.pathsep) if p.strip())
