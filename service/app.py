@@ -6,6 +6,7 @@ lifespan, once; `/readyz` answers 200 only after that succeeded.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -15,6 +16,7 @@ from fastapi.routing import APIRoute
 from service import __version__
 from service.api.access_log import AccessLog
 from service.api.auth import ALWAYS_OPEN, AuthMiddleware, TokenStore
+from service.api.bodies import add_body_schemas
 from service.api.concurrency import CpuPool
 from service.api.metrics import Metrics
 from service.api.middleware import RequestContextMiddleware, configure_logging
@@ -59,6 +61,11 @@ def load_catalogs(app: FastAPI, settings: Settings) -> None:
     metrics.catalog_entries.labels("models").set(len(app.state.model_catalog.all()))
     # Part of every response-cache key: answers from an earlier catalog load never replay.
     app.state.catalog_generation = getattr(app.state, "catalog_generation", 0) + 1
+    # The catalogs live as long as the process: moved out of the collector's generations, a
+    # full collection (triggered by a large posted config) no longer walks their hundreds of
+    # thousands of objects while holding the GIL, which stalled the event loop for tens of ms.
+    gc.collect()
+    gc.freeze()
     app.state.ready = True
 
 
@@ -123,6 +130,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.model_store = model_store(app, settings)
     app.state.cpu_pool = _cpu_pool(settings, app.state.metrics)
     install_problem_handlers(app)
+    add_body_schemas(app, estimates.BODY_MODELS)
     # Estimates first: routes are matched in order, and they are most of the traffic.
     app.include_router(estimates.router)
     app.include_router(health.router)

@@ -111,7 +111,7 @@ class Settings(BaseSettings):
     )
     # --- CPU-bound work off the event loop (service/api/concurrency.py) ---------------------
     cpu_threads: int = Field(
-        2,
+        1,
         ge=1,
         le=16,
         description="Threads per worker that run estimates off the event loop.",

@@ -82,7 +82,7 @@ def test_hardening_defaults_are_safe() -> None:
     assert settings.auth_enabled is False and settings.tls_enabled is False
     assert settings.header_max_bytes == 16_384
     assert settings.header_read_timeout_s == 10.0
-    assert (settings.cpu_threads, settings.cpu_queue) == (2, 32)
+    assert (settings.cpu_threads, settings.cpu_queue) == (1, 32)
     assert settings.estimate_deadline_s == 10.0
 
 

@@ -3,10 +3,12 @@ and cancellation when the client goes away.
 
 Why: an estimate is pure Python. Run on the event loop, 64 clients posting heavy configs kept
 `/healthz` waiting over 2 s (issue 18 §4), and kubelet would restart a busy pod. Here the work
-runs on `LLMMEM_CPU_THREADS` threads (2 by default). Few on purpose: the GIL lets one thread
-run Python at a time, and a thread that wants it back waits at most the switch interval for
-the holder to yield (`SWITCH_INTERVAL_S`, set by the server) per handoff; with two workers
-threads and the loop, the loop is never more than a couple of handoffs from running.
+runs on `LLMMEM_CPU_THREADS` threads (1 by default). Few on purpose: the GIL lets one thread
+run Python at a time, so more threads add no throughput, only contenders for the GIL; a thread
+that wants it back waits at most the switch interval for the holder to yield
+(`SWITCH_INTERVAL_S`, set by the server) per handoff. With one pool thread the loop competes
+with one holder only (`make soak`, heavy phase: /healthz p99 50 ms with one thread, 119 ms
+with two, bench/results.md).
 
 * **Admission**: at most `threads + LLMMEM_CPU_QUEUE` pieces of work admitted per worker
   (running or waiting for a thread). Past that, `Overloaded` is raised at once, which the
@@ -55,9 +57,9 @@ Ts = TypeVarTuple("Ts")
 
 # GIL switch interval for a worker running this pool (sys.setswitchinterval; CPython's
 # default is 5 ms). The loop thread waits up to this long each time it wants the GIL back from
-# a busy pool thread, and a request passes through the loop several times: 1 ms keeps that to
-# a few ms per request at a measured cost of a few percent in estimate throughput.
-SWITCH_INTERVAL_S = 0.001
+# a busy pool thread, and a probe passes through the loop a dozen times: at 1 ms the heavy
+# soak phase measured /healthz p99 at 107-170 ms, at 0.2 ms 50 ms (bench/results.md).
+SWITCH_INTERVAL_S = 0.0002
 # What a 503 tells the client to wait before retrying, in seconds.
 RETRY_AFTER_S = 1
 
@@ -147,6 +149,20 @@ class CpuPool:
         self.executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="estimate")
         self.admitted = 0  # touched on the event loop only
 
+    def reserve(self) -> None:
+        """Take a slot now, for work that will be handed to :meth:`run` with
+        ``reserved=True`` (a route that reads its body only once admitted); Overloaded if none
+        is free. :meth:`release_reservation` gives it back if the work never starts."""
+        if self.admitted >= self.capacity:
+            self._count("overloaded")
+            raise Overloaded(self.capacity)
+        self.admitted += 1
+        self._gauge()
+
+    def release_reservation(self) -> None:
+        self.admitted -= 1
+        self._gauge()
+
     async def run(
         self,
         fn: Callable[[*Ts], T],
@@ -154,20 +170,18 @@ class CpuPool:
         deadline_s: float | None = None,
         receive: Receive | None = None,
         grace_s: float = 0.0,
+        reserved: bool = False,
     ) -> T:
         """`fn(*args)` on a pool thread; raises Overloaded, DeadlineExceeded or Cancelled.
 
         `grace_s`: after the deadline, how long to wait for the work to return what it has
         (work that catches `Cancelled` at a checkpoint and returns a partial result, e.g. a
         batch answering its unfinished items with problems); 0 answers at the deadline."""
-        if self.admitted >= self.capacity:
-            self._count("overloaded")
-            raise Overloaded(self.capacity)
+        if not reserved:
+            self.reserve()
         deadline_s = self.deadline_s if deadline_s is None else deadline_s
         token = CancelToken(time.monotonic() + deadline_s)
         loop = asyncio.get_running_loop()
-        self.admitted += 1
-        self._gauge()
         future = loop.run_in_executor(self.executor, _call, token, fn, args)
         future.add_done_callback(self._release)
         watcher = (
@@ -214,6 +228,34 @@ class CpuPool:
 
     def shutdown(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
+
+
+async def run_on_body(
+    request: Request,
+    fn: Callable[[bytes, *Ts], T],
+    *args: *Ts,
+    deadline_s: float | None = None,
+    grace_s: float = 0.0,
+) -> T:
+    """`fn(body, *args)` on the app's pool, admitted BEFORE the body is read: a saturated
+    replica answers 503 without receiving a megabyte it would throw away, and the bodies held
+    in memory are bounded by the pool's slots. The server discards the unread body."""
+    pool: CpuPool = request.app.state.cpu_pool
+    pool.reserve()
+    try:
+        raw = await request.body()
+    except BaseException:
+        pool.release_reservation()
+        raise
+    return await pool.run(
+        fn,
+        raw,
+        *args,
+        deadline_s=deadline_s,
+        receive=request.receive,
+        grace_s=grace_s,
+        reserved=True,
+    )
 
 
 async def run_cpu_bound(

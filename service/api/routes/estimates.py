@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
 from fastapi import APIRouter, Request, Response
 from pydantic import ValidationError
 
-from service.api.concurrency import Cancelled, checkpoint, run_cpu_bound
+from service.api.bodies import documented_body, parse_body
+from service.api.concurrency import Cancelled, checkpoint, run_on_body
 from service.api.cost import BatchOverBudget, batch_cost
-from service.api.estimate_service import Catalogs, run_estimate
+from service.api.estimate_service import Catalogs, Observation, run_estimate
 from service.api.metrics import Metrics
 from service.api.problems import (
     KINDS,
@@ -38,7 +38,11 @@ router = APIRouter(prefix="/v1/estimate", tags=["estimates"])
 
 ERRORS = problem_responses(400, 404, 413, 422, 503)
 
-_BODIES: dict[str, type[InferenceRequestBody] | type[FinetuneRequestBody]] = {
+EstimateBody = InferenceRequestBody | FinetuneRequestBody
+#: The request bodies these routes parse themselves (documented in the OpenAPI components).
+BODY_MODELS = (InferenceRequestBody, FinetuneRequestBody, BatchRequest)
+
+_BODIES: dict[str, type[EstimateBody]] = {
     "inference": InferenceRequestBody,
     "finetune": FinetuneRequestBody,
 }
@@ -51,22 +55,24 @@ def _catalogs(request: Request) -> Catalogs:
     return Catalogs(state.model_catalog, state.gpu_catalog, state.model_store.index)
 
 
-def json_response(content: EstimateResponse | BatchResponse | dict[str, Any]) -> Response:
-    """Serialized once, by pydantic's serializer for a model (orjson for a plain dict)."""
-    if isinstance(content, dict):
-        return Response(orjson.dumps(content), media_type="application/json")
-    return Response(content.model_dump_json(), media_type="application/json")
+def _estimate(
+    raw: bytes, body_type: type[EstimateBody], catalogs: Catalogs, metrics: Metrics
+) -> tuple[bytes, Observation]:
+    """Parse, answer and serialize one estimate; runs on a pool thread (service/api/bodies.py
+    says why the parsing is there too)."""
+    rendered, observation = run_estimate(parse_body(raw, body_type), catalogs, metrics)
+    return rendered.model_dump_json().encode(), observation
 
 
-async def _single(body: InferenceRequestBody | FinetuneRequestBody, request: Request) -> Response:
+async def _single(body_type: type[EstimateBody], request: Request) -> Response:
     # Off the event loop, under the pool's admission control and deadline, so probes and
     # metrics answer while estimates run (service/api/concurrency.py).
-    rendered, observation = await run_cpu_bound(
-        request, run_estimate, body, _catalogs(request), request.app.state.metrics
+    content, observation = await run_on_body(
+        request, _estimate, body_type, _catalogs(request), request.app.state.metrics
     )
     # For the response cache: a replayed answer counts in the domain metrics like this one.
     setattr(request.state, OBSERVATION_KEY, observation)
-    return json_response(rendered)
+    return Response(content, media_type="application/json")
 
 
 @router.post(
@@ -74,9 +80,10 @@ async def _single(body: InferenceRequestBody | FinetuneRequestBody, request: Req
     response_model=EstimateResponse,
     summary="Memory to serve a model, per GPU and in total, with fit and engine capacity",
     responses=ERRORS,
+    openapi_extra=documented_body(InferenceRequestBody),
 )
-async def estimate_inference(body: InferenceRequestBody, request: Request) -> Response:
-    return await _single(body, request)
+async def estimate_inference(request: Request) -> Response:
+    return await _single(InferenceRequestBody, request)
 
 
 @router.post(
@@ -84,9 +91,10 @@ async def estimate_inference(body: InferenceRequestBody, request: Request) -> Re
     response_model=EstimateResponse,
     summary="Peak memory of a fine-tuning step, per GPU and in total, with fit",
     responses=ERRORS,
+    openapi_extra=documented_body(FinetuneRequestBody),
 )
-async def estimate_finetune(body: FinetuneRequestBody, request: Request) -> Response:
-    return await _single(body, request)
+async def estimate_finetune(request: Request) -> Response:
+    return await _single(FinetuneRequestBody, request)
 
 
 @router.post(
@@ -94,29 +102,35 @@ async def estimate_finetune(body: FinetuneRequestBody, request: Request) -> Resp
     response_model=BatchResponse,
     summary="Up to 1000 inference and fine-tune estimates in one call, answered in order",
     responses=ERRORS,
+    openapi_extra=documented_body(BatchRequest),
 )
-async def estimate_batch(body: BatchRequest, request: Request) -> Response:
-    settings = request.app.state.settings
-    catalogs = _catalogs(request)
-    cost = batch_cost((item.request for item in body.items), catalogs.models)
-    if cost > settings.batch_cost_budget:
-        raise BatchOverBudget(cost, settings.batch_cost_budget)
-    results = await run_cpu_bound(
+async def estimate_batch(request: Request) -> Response:
+    content = await run_on_body(
         request,
-        _answer_items,
-        body.items,
-        catalogs,
+        _batch,
+        _catalogs(request),
         request.app.state.metrics,
+        request.app.state.settings.batch_cost_budget,
         request.url.path,
         grace_s=_BATCH_GRACE_S,
     )
+    return Response(content, media_type="application/json")
+
+
+def _batch(raw: bytes, catalogs: Catalogs, metrics: Metrics, budget: int, path: str) -> bytes:
+    """Parse, check the cost, answer and serialize a batch; runs on a pool thread."""
+    body = parse_body(raw, BatchRequest)
+    cost = batch_cost((item.request for item in body.items), catalogs.models)
+    if cost > budget:
+        raise BatchOverBudget(cost, budget)
+    results = _answer_items(body.items, catalogs, metrics, path)
     failed = sum(1 for r in results if r["status"] != 200)
     response = BatchResponse.model_construct(
         results=[BatchResult.model_construct(**r) for r in results],
         succeeded=len(results) - failed,
         failed=failed,
     )
-    return json_response(response)
+    return response.model_dump_json().encode()
 
 
 # How long a batch past its deadline may take to hand back what it finished: the item in
