@@ -119,6 +119,8 @@ def _outer_model_type(outer: Mapping[str, Any], notes: list[str]) -> Any:
     """The config's model_type; an unknown one is replaced by the type whose transformers
     class its ``architectures`` names (Kimi-K2: ``kimi_k2`` runs as DeepseekV3ForCausalLM)."""
     model_type = outer.get("model_type")
+    if isinstance(model_type, str):
+        identifier(model_type, "model_type")  # before any reading falls back to another name
     known = isinstance(model_type, str) and (
         model_type in FAMILIES_OR_WRAPPERS or outer.get("text_config") is not None
     )
