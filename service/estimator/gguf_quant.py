@@ -346,6 +346,13 @@ def quant_model(arch: Architecture, *, own_output: bool = False) -> QuantModel:
             "from the model store",
             field="model",
         )
+    if arch.quantization is not None:
+        raise InvalidRequest(
+            f"a llama-quantize preset is priced from a 16-bit checkpoint; this one is "
+            f"{arch.quantization.method}-quantized (its conversion keeps or re-packs those "
+            "tensors by llama.cpp version): use a GGUF file from the model store",
+            field="model",
+        )
     gqa = arch.num_attention_heads > arch.num_kv_heads
     type_70b = arch.num_layers == _TYPE_70B_LAYERS and (
         arch.model_type in _TYPE_70B_ANY or (arch.model_type in _TYPE_70B_GQA and gqa)

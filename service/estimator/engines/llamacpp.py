@@ -154,12 +154,15 @@ def gguf_weights_from_architecture(arch: Architecture, weight_format: str) -> Gg
     return gguf_weights_of(arch.num_layers, tensors, types, matrix.name)
 
 
-def gguf_weights_for_preset(arch: Architecture, preset: str, *, imatrix: bool) -> GgufWeights:
+def gguf_weights_for_preset(
+    arch: Architecture, preset: str, *, imatrix: bool, own_output: bool = False
+) -> GgufWeights:
     """The tensors of ``llama-quantize <preset>`` run on the converted checkpoint, each in the
     type the preset's rule gives it (:mod:`service.estimator.gguf_quant`)."""
     p = get_preset(preset)
-    tensors = converted_tensors(arch)
-    types = preset_types(p, quant_model(arch), tensors, imatrix=imatrix)
+    tensors = converted_tensors(arch, own_output=own_output)
+    model = quant_model(arch, own_output=own_output)
+    types = preset_types(p, model, tensors, imatrix=imatrix)
     return gguf_weights_of(arch.num_layers, tensors, types, p.name)
 
 
@@ -460,7 +463,7 @@ class LlamaCppEngine(Engine):
         notes: list[str] = []
         if checkpoint is not None and checkpoint.gguf is not None:
             g = checkpoint.gguf
-            notes.append(f"weights from the GGUF file's tensor infos ({g.file_type})")
+            notes.append(f"weights tensor by tensor, as the GGUF file types them ({g.file_type})")
         else:
             g = gguf_weights_from_architecture(arch, layout.format)
             notes.append(
