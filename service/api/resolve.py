@@ -11,8 +11,10 @@ from functools import lru_cache
 
 from service.api.schemas.estimates import ModelSelector
 from service.catalog.gpu_catalog import AdHocGpu, GpuCatalog, derived_cuda_total
-from service.catalog.model_catalog import ModelCatalog
+from service.catalog.model_catalog import ModelCatalog, ModelEntry
 from service.estimator.answer import ModelSpec
+from service.estimator.checkpoint import CheckpointWeights
+from service.estimator.engines.llamacpp import gguf_weights_for_preset
 from service.estimator.gpu import GpuSpec
 from service.estimator.memo import memoized
 from service.estimator.model import Architecture, read_config
@@ -41,6 +43,9 @@ def resolve_model(
                     *found.notes,
                 ),
             )
+        gguf = catalog.gguf_file(body.model)
+        if gguf is not None:
+            return _gguf_model(*gguf)
         entry = catalog.get(body.model)
         counts = entry.counts
         return ModelSpec(
@@ -58,6 +63,40 @@ def resolve_model(
     assert body.parameter_count is not None  # the schema enforces exactly one
     active = body.active_parameter_count
     return ModelSpec.from_count(int(body.parameter_count), int(active) if active else None)
+
+
+_preset_weights = lru_cache(maxsize=256)(gguf_weights_for_preset)
+
+
+def _gguf_model(entry: ModelEntry, tag: str, file: str) -> ModelSpec:
+    """A catalog GGUF file: the base's shape, the tensors the preset's rule types."""
+    assert entry.gguf is not None
+    repo = entry.gguf
+    weights = _preset_weights(
+        entry.architecture, tag, imatrix=repo.imatrix, own_output=repo.own_output
+    )
+    notes = [
+        f"GGUF file {file} of {entry.id} (catalog), priced as llama-quantize {tag} makes it "
+        f"from {entry.base}'s config: {weights.total_bytes} bytes of tensors, each in the type "
+        "llama.cpp's preset rule gives it (src/llama-quant.cpp)"
+    ]
+    if repo.mix != "stock":
+        notes.append(
+            f"approximate: {entry.id} sets some tensor types by its own overrides, not the "
+            "stock preset; put the file in the model store for its exact bytes"
+        )
+    checkpoint = CheckpointWeights("gguf", (("text", weights.total_bytes),), gguf=weights)
+    counts = entry.counts
+    return ModelSpec(
+        f"{entry.id.split('/')[-1]}:{tag}",
+        f"{entry.id}:{tag}",
+        counts.total,
+        counts.active,
+        entry.dtype,
+        entry.architecture,
+        checkpoint=checkpoint,
+        notes=tuple(notes),
+    )
 
 
 @memoized

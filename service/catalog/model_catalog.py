@@ -11,6 +11,17 @@ and either
   nested object is replaced whole) and ``config_drop`` (top-level keys removed, e.g. the
   ``quantization_config`` of an upcast copy). ``dtype`` is then optional and, if given, checked.
 
+A GGUF repository (``bartowski/Llama-3.2-1B-Instruct-GGUF``) is a ``base`` record with a
+``gguf`` object: ``files`` maps each quantization tag to its file name (``{"Q4_K_M":
+"Llama-3.2-1B-Instruct-Q4_K_M.gguf"}``), ``mix`` says whether the files are llama-quantize's
+stock presets (``stock``: priced exactly from the base's config by
+:mod:`service.estimator.gguf_quant`) or carry the publisher's own per-tensor overrides
+(``custom``: priced with the stock preset and said to be approximate), ``imatrix`` whether an
+importance matrix was used, and ``own_output`` whether a tied base's checkpoint still stores
+``lm_head`` (then the file has an ``output.weight``). Each file answers to ``<repo>:<tag>``
+(llama.cpp's ``-hf`` convention), any case; every tag must be a modelled preset and the base a
+shape the preset rule covers, checked at load.
+
 Bases resolve across files in any order and may chain; a cycle or an unknown base stops
 start-up. Loading builds every distinct config's :class:`Architecture` and parameter counts
 once, so a bad record stops start-up instead of failing a request, and a record keeps its
@@ -28,6 +39,7 @@ from types import MappingProxyType
 from typing import Any
 
 from service.estimator.errors import EstimatorError, NotFound
+from service.estimator.gguf_quant import get_preset, quant_model
 from service.estimator.model import (
     SUPPORTED_MODEL_TYPES,
     Architecture,
@@ -36,7 +48,7 @@ from service.estimator.model import (
     read_config,
 )
 
-__all__ = ["CatalogError", "ModelCatalog", "ModelEntry", "load_model_catalog"]
+__all__ = ["CatalogError", "GgufRepo", "ModelCatalog", "ModelEntry", "load_model_catalog"]
 
 DEFAULT_PATH = Path(__file__).parent / "models"
 
@@ -49,11 +61,29 @@ _OPTIONAL = (
     "base",
     "config_overrides",
     "config_drop",
+    "gguf",
 )
+_GGUF_KEYS = frozenset({"files", "mix", "imatrix", "own_output"})
+GGUF_MIXES = ("stock", "custom")
 
 
 class CatalogError(Exception):
     """A catalog file or record is malformed; raised at load, never per request."""
+
+
+@dataclass(frozen=True)
+class GgufRepo:
+    """A repository of GGUF files of one base model, one file per quantization tag."""
+
+    files: tuple[tuple[str, str], ...]  # (tag as the preset names it, file name)
+    mix: str  # "stock" | "custom"
+    imatrix: bool
+    own_output: bool = False
+
+    def file(self, tag: str) -> tuple[str, str] | None:
+        """The (tag, file) answering to ``tag`` in any case."""
+        key = tag.strip().upper()
+        return next((f for f in self.files if f[0] == key), None)
 
 
 @dataclass(frozen=True)
@@ -70,6 +100,8 @@ class ModelEntry:
     published_parameters: str | None = None
     base: str | None = None
     """The id of the record this one shares its config with, before its overrides."""
+    gguf: GgufRepo | None = None
+    """For a GGUF repository: its files by quantization tag."""
 
     @property
     def family(self) -> str:
@@ -115,6 +147,31 @@ class ModelCatalog:
             "LLMMEM_MODEL_DIRS)",
             field="model",
         )
+
+    def gguf_file(self, name: str) -> tuple[ModelEntry, str, str] | None:
+        """``<repo>:<tag>`` of a catalog GGUF repository: (its entry, the tag, the file name).
+
+        A bare ``<repo>`` picks what llama.cpp's ``-hf`` picks without a tag
+        (``common/download.cpp``): Q4_K_M, else Q8_0, else the first file. None when ``name``
+        names no catalog GGUF repository; a tag the repository does not hold is a NotFound
+        naming those it does."""
+        repo, sep, tag = name.strip().rpartition(":")
+        if not sep:
+            repo, tag = name.strip(), ""
+        entry = self._index.get(repo.lower())
+        if entry is None or entry.gguf is None:
+            return None
+        files = entry.gguf
+        found = files.file(tag) if tag else files.file("Q4_K_M") or files.file("Q8_0")
+        if found is None and not tag:
+            found = files.files[0]
+        if found is None:
+            tags = ", ".join(t for t, _ in files.files)
+            raise NotFound(
+                f"{entry.id} has no {tag[:20]!r} file in the catalog; it lists {tags}",
+                field="model",
+            )
+        return entry, found[0], found[1]
 
     def all(self) -> tuple[ModelEntry, ...]:
         return self._entries
@@ -192,7 +249,42 @@ def _read(record: Any, where: str, file: str) -> _Raw:
         drop = record.get("config_drop", [])
         if not isinstance(drop, list) or not all(isinstance(k, str) and k for k in drop):
             raise CatalogError(f"{where}: config_drop must be a list of config keys")
+    if "gguf" in record:
+        if "base" not in record:
+            raise CatalogError(f"{where}: a gguf repository names its base record")
+        _read_gguf(record["gguf"], where)
     return _Raw(record=record, where=where, file=file)
+
+
+def _read_gguf(gguf: Any, where: str) -> GgufRepo:
+    """A record's ``gguf`` object, checked; every tag a modelled llama-quantize preset."""
+    if not isinstance(gguf, Mapping):
+        raise CatalogError(f"{where}: gguf must be an object")
+    unknown = set(gguf) - _GGUF_KEYS
+    if unknown:
+        raise CatalogError(f"{where}: unknown gguf fields {', '.join(sorted(unknown))}")
+    files = gguf.get("files")
+    if not isinstance(files, Mapping) or not files:
+        raise CatalogError(f"{where}: gguf.files must map quantization tags to file names")
+    out = []
+    for tag, name in files.items():
+        if not isinstance(name, str) or not name.endswith(".gguf") or "/" in name:
+            raise CatalogError(f"{where}: gguf.files[{tag!r}] must be a .gguf file name")
+        try:
+            preset = get_preset(str(tag))
+        except EstimatorError as exc:
+            raise CatalogError(f"{where}: gguf.files: {exc.detail}") from exc
+        if preset.name != tag:
+            raise CatalogError(f"{where}: gguf.files: write the tag as {preset.name!r}")
+        out.append((preset.name, name))
+    mix = gguf.get("mix")
+    if mix not in GGUF_MIXES:
+        raise CatalogError(f"{where}: gguf.mix must be one of {', '.join(GGUF_MIXES)}")
+    flags = {k: gguf.get(k, False) for k in ("imatrix", "own_output")}
+    for k, v in flags.items():
+        if not isinstance(v, bool):
+            raise CatalogError(f"{where}: gguf.{k} must be true or false")
+    return GgufRepo(tuple(out), mix, flags["imatrix"], flags["own_output"])
 
 
 def _resolve_configs(raws: Mapping[str, _Raw]) -> dict[str, dict[str, Any]]:
@@ -257,6 +349,13 @@ def _entries(raws: Mapping[str, _Raw]) -> list[ModelEntry]:
             raise CatalogError(
                 f"{raw.where}: dtype {dtype!r} disagrees with the config's {arch.dtype!r}"
             )
+        gguf = None
+        if "gguf" in record:
+            gguf = _read_gguf(record["gguf"], raw.where)
+            try:
+                quant_model(arch)
+            except EstimatorError as exc:
+                raise CatalogError(f"{raw.where}: {exc.detail}") from exc
         entries.append(
             ModelEntry(
                 id=raw.id,
@@ -268,6 +367,7 @@ def _entries(raws: Mapping[str, _Raw]) -> list[ModelEntry]:
                 config=frozen,
                 published_parameters=record.get("published_parameters"),
                 base=raws[str(record["base"]).lower()].id if "base" in record else None,
+                gguf=gguf,
             )
         )
     return entries

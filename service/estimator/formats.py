@@ -30,7 +30,7 @@ Each quantized layout follows the tensors its checkpoint format really stores:
 - GGUF (llama.cpp ``ggml-common.h`` block structs), pure types only: q8_0 34 bytes per 32 weights,
   q4_0 18/32, q4_1 20/32, q5_0 22/32, q5_1 24/32, q2_K 84/256, q3_K 110/256, q4_K 144/256,
   q5_K 176/256, q6_K 210/256. A GGUF file quantizes embeddings and the output matrix as well; the
-  k-quant mixes (Q4_K_M, ...) choose types per tensor and are not modelled.
+  k-quant mixes (Q4_K_M, ...) choose types per tensor: :mod:`service.estimator.gguf_quant`.
 """
 
 from __future__ import annotations

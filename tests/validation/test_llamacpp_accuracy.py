@@ -2,7 +2,8 @@
 docs/accuracy.md "llama.cpp").
 
 Bounds: the KV cache and the model buffers within 0.01% (they are exact byte counts; the
-printed MiB have two decimals), the compute buffers within 2.5% (the worst row is a January
+printed MiB have two decimals; model buffers of Q4_0 and Q4_K_S files are priced tensor by
+tensor by llama-quantize's preset rule), the compute buffers within 2.5% (the worst row is a January
 2025 build without the V-cache row indices the current graph reserves)."""
 
 from __future__ import annotations
@@ -30,6 +31,12 @@ def test_enough_figures_are_compared(comparisons: list[v.Comparison]) -> None:
     assert len(counted) >= 15
     figures = {c.figure for c in counted}
     assert {"kv_cache", "gpu_compute", "host_compute", "cpu_model", "gpu_model"} <= figures
+
+
+def test_preset_files_are_compared(comparisons: list[v.Comparison]) -> None:
+    presets = {row_id for row_id, case in v.CASES.items() if case.preset is not None}
+    compared = {c.row_id for c in comparisons if c.figure == "gpu_model"}
+    assert len(presets) >= 2 and presets <= compared
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,13 @@ from fastapi import APIRouter, Depends, Query, Request
 
 from service.api.deps import get_model_catalog
 from service.api.problems import problem_responses
-from service.api.schemas.models import ModelList, ModelRecord, StoreLocation
+from service.api.schemas.models import (
+    GgufFile,
+    GgufRepository,
+    ModelList,
+    ModelRecord,
+    StoreLocation,
+)
 from service.catalog.model_catalog import ModelCatalog, ModelEntry
 from service.model_store import StoreEntry, StoreIndex
 
@@ -31,6 +37,19 @@ def model_record(entry: ModelEntry) -> ModelRecord:
         max_position_embeddings=arch.max_position_embeddings,
         architecture=arch.as_dict(),
         source=entry.source,
+        gguf=_gguf(entry),
+    )
+
+
+def _gguf(entry: ModelEntry) -> GgufRepository | None:
+    repo = entry.gguf
+    if repo is None or entry.base is None:
+        return None
+    return GgufRepository(
+        base=entry.base,
+        mix=repo.mix,
+        imatrix=repo.imatrix,
+        files=[GgufFile(id=f"{entry.id}:{tag}", tag=tag, file=name) for tag, name in repo.files],
     )
 
 
@@ -118,4 +137,5 @@ def get_model(
     found = _store(request).get(model_id)
     if found is not None:
         return store_record(found)
-    return model_record(catalog.get(model_id))
+    gguf = catalog.gguf_file(model_id)
+    return model_record(gguf[0] if gguf is not None else catalog.get(model_id))

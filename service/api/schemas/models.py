@@ -27,6 +27,30 @@ class StoreLocation(ResponseModel):
     )
 
 
+class GgufFile(ResponseModel):
+    """One file of a catalog GGUF repository."""
+
+    id: str = Field(
+        description="The id that names this file in an estimate: `<repo>:<tag>`.",
+        examples=["bartowski/Llama-3.2-1B-Instruct-GGUF:Q4_K_M"],
+    )
+    tag: str = Field(description="The llama-quantize preset the file was made with.")
+    file: str = Field(description="The file name in the repository.")
+
+
+class GgufRepository(ResponseModel):
+    """A catalog GGUF repository: its base model and its files, one per preset."""
+
+    base: str = Field(description="The catalog model whose config the files were made from.")
+    mix: str = Field(
+        description="`stock`: the files follow llama-quantize's presets and are priced tensor "
+        "by tensor; `custom`: the publisher set its own per-tensor types, priced with the "
+        "stock preset as an approximation."
+    )
+    imatrix: bool = Field(description="Made with an importance matrix.")
+    files: list[GgufFile]
+
+
 class ModelRecord(ResponseModel):
     id: str = Field(description="Hugging Face repo id.", examples=["meta-llama/Llama-3.1-8B"])
     aliases: list[str] = Field(default_factory=list, description="Other ids that resolve here.")
@@ -45,6 +69,11 @@ class ModelRecord(ResponseModel):
     )
     store: StoreLocation | None = Field(
         None, description="For a model-store model: where it was found."
+    )
+    gguf: GgufRepository | None = Field(
+        None,
+        description="For a GGUF repository: its files, each an id of its own (`<repo>:<tag>`, "
+        "llama.cpp's `-hf` convention; the bare repo id is its Q4_K_M file, else Q8_0).",
     )
 
 

@@ -54,7 +54,15 @@ from service.estimator.engines.base import (
 from service.estimator.engines.overhead import OverheadTerms, framework_overhead
 from service.estimator.errors import InvalidRequest
 from service.estimator.ggml import cuda_alloc_bytes, row_bytes, type_named
-from service.estimator.model import SLIDING_ATTENTION, Architecture, Shard
+from service.estimator.gguf_quant import (
+    GgufTensor,
+    Role,
+    converted_tensors,
+    get_preset,
+    preset_types,
+    quant_model,
+)
+from service.estimator.model import SLIDING_ATTENTION, Architecture
 from service.estimator.units import GIB, MIB, cdiv
 
 if TYPE_CHECKING:
@@ -62,7 +70,12 @@ if TYPE_CHECKING:
     from service.estimator.inference.setup import ServingSetup, Stage
     from service.estimator.weights import WeightLayout
 
-__all__ = ["LlamaCppEngine", "gguf_weights_from_architecture"]
+__all__ = [
+    "LlamaCppEngine",
+    "gguf_weights_for_preset",
+    "gguf_weights_from_architecture",
+    "gguf_weights_of",
+]
 
 # --cache-type-k / --cache-type-v values (common/arg.cpp's kv_cache_types).
 CACHE_TYPES: tuple[str, ...] = (
@@ -122,8 +135,8 @@ def _offload(n_layer: int, n_gpu_layers: int, pp: int) -> _Placed:
 def gguf_weights_from_architecture(arch: Architecture, weight_format: str) -> GgufWeights:
     """The tensors a Hugging Face checkpoint converts to (convert_hf_to_gguf.py): matrices in
     ``weight_format`` (bf16 / fp16 / fp32, or one GGUF type for all of them, as
-    ``llama-quantize --pure`` writes), 1-D tensors (norms, biases) in F32; the vision tower
-    is a separate ``mmproj`` file and is not counted."""
+    ``llama-quantize --pure`` writes), 1-D tensors (norms, biases) and MoE routers in F32;
+    the vision tower is a separate ``mmproj`` file and is not counted."""
     if weight_format in _CONVERTED:
         matrix = type_named(_CONVERTED[weight_format])
     elif weight_format.startswith("gguf-"):
@@ -131,42 +144,55 @@ def gguf_weights_from_architecture(arch: Architecture, weight_format: str) -> Gg
     else:
         raise InvalidRequest(
             f"llama.cpp runs GGUF files: weight_format {weight_format} has no GGUF form here; "
-            "use bf16, fp16, a gguf-* type, or a GGUF model from the model store",
+            "use bf16, fp16, a gguf-* type, or a GGUF model (`<repo>:<quant>` from the "
+            "catalog or the model store)",
             field="weight_format",
         )
+    tensors = converted_tensors(arch)
     f32 = type_named("F32")
-    layers = [0] * arch.num_layers
-    layers_cuda = [0] * arch.num_layers
-    embd = output = 0
-    embd_cuda = output_cuda = 0
-    for m in arch.linear_modules:
-        n = m.in_features * m.out_features * m.per_layer
-        raw = _bytes(matrix, n)
-        cuda = cuda_alloc_bytes(matrix, n, m.in_features)
-        bias = m.out_features * m.per_layer * 4 if m.bias else 0
-        bias_cuda = cuda_alloc_bytes(f32, bias // 4, bias // 4) if bias else 0
-        if m.shard is Shard.VOCAB:
-            if not m.tied:
-                output, output_cuda = raw + bias, cuda + bias_cuda
-            continue
-        for i in m.layers:
-            layers[i] += raw + bias
-            layers_cuda[i] += cuda + bias_cuda
-    rest = rest_cuda = 0
-    for g in arch.parameter_groups:
-        if g.component == "embeddings":
-            n = arch.vocab_size * arch.hidden_size
-            embd, embd_cuda = _bytes(matrix, n), cuda_alloc_bytes(matrix, n, arch.hidden_size)
-            continue
-        raw, cuda = g.numel * 4 * g.per_layer, cuda_alloc_bytes(f32, g.numel, g.numel) * g.per_layer
-        if not g.layers:
+    types = tuple(f32 if t.role is Role.KEPT else matrix for t in tensors)
+    return gguf_weights_of(arch.num_layers, tensors, types, matrix.name)
+
+
+def gguf_weights_for_preset(
+    arch: Architecture, preset: str, *, imatrix: bool, own_output: bool = False
+) -> GgufWeights:
+    """The tensors of ``llama-quantize <preset>`` run on the converted checkpoint, each in the
+    type the preset's rule gives it (:mod:`service.estimator.gguf_quant`)."""
+    p = get_preset(preset)
+    tensors = converted_tensors(arch, own_output=own_output)
+    model = quant_model(arch, own_output=own_output)
+    types = preset_types(p, model, tensors, imatrix=imatrix)
+    return gguf_weights_of(arch.num_layers, tensors, types, p.name)
+
+
+def gguf_weights_of(
+    n_layer: int,
+    tensors: tuple[GgufTensor, ...],
+    types: tuple[GGMLQuantizationType, ...],
+    file_type: str,
+) -> GgufWeights:
+    """Bytes of ``tensors`` in ``types``, by where llama.cpp places them: per repeating
+    layer, the token embedding, the output matrix and the rest (norms outside the layers)."""
+    layers = [0] * n_layer
+    layers_cuda = [0] * n_layer
+    embd = embd_cuda = output = output_cuda = rest = rest_cuda = 0
+    per_type: dict[str, int] = {}
+    for t, ty in zip(tensors, types, strict=True):
+        raw = _bytes(ty, t.n_elements) * t.count
+        cuda = cuda_alloc_bytes(ty, t.n_elements, t.ne0) * t.count
+        per_type[ty.name] = per_type.get(ty.name, 0) + t.count
+        if t.role is Role.TOKEN_EMBD:
+            embd, embd_cuda = embd + raw, embd_cuda + cuda
+        elif t.role is Role.OUTPUT:
+            output, output_cuda = output + raw, output_cuda + cuda
+        elif t.layer is None:
             rest, rest_cuda = rest + raw, rest_cuda + cuda
-            continue
-        for i in g.layers:
-            layers[i] += raw
-            layers_cuda[i] += cuda
+        else:
+            layers[t.layer] += raw
+            layers_cuda[t.layer] += cuda
     return GgufWeights(
-        file_type=matrix.name,
+        file_type=file_type,
         layers=tuple(layers),
         layers_cuda=tuple(layers_cuda),
         token_embd=embd,
@@ -175,6 +201,7 @@ def gguf_weights_from_architecture(arch: Architecture, weight_format: str) -> Gg
         output_cuda=output_cuda,
         output_norm=rest,
         output_norm_cuda=rest_cuda,
+        types=tuple(sorted(per_type.items())),
     )
 
 
@@ -436,7 +463,7 @@ class LlamaCppEngine(Engine):
         notes: list[str] = []
         if checkpoint is not None and checkpoint.gguf is not None:
             g = checkpoint.gguf
-            notes.append(f"weights from the GGUF file's tensor infos ({g.file_type})")
+            notes.append(f"weights tensor by tensor, as the GGUF file types them ({g.file_type})")
         else:
             g = gguf_weights_from_architecture(arch, layout.format)
             notes.append(
