@@ -493,7 +493,7 @@ class VllmEngine(Engine):
             weight_kind=args.weight_format_kind,
             gpu=args.gpu,
             mm_limit=s.get("limit_mm_per_prompt"),
-            sampler=str(s.get("sampler", "auto")),
+            sampler_kind=str(s.get("sampler", "auto")),
         )
         fixed = int(run.peak)
         notes = list(run.notes)

@@ -151,16 +151,16 @@ def profile_peak(
     weight_kind: str,
     gpu: GpuSpec | None,
     mm_limit: int | None,
-    sampler: str = "auto",
+    sampler_kind: str = "auto",
 ) -> ProfileRun:
-    """The profiling run of one GPU of a stage under ``line``; ``sampler`` ``flashinfer``
+    """The profiling run of one GPU of a stage under ``line``; ``sampler_kind`` ``flashinfer``
     replaces a V1 line's top-k/top-p by FlashInfer's (V0 runs it only on request through an
     environment variable and keeps its own sampler here)."""
     t = tokens
     rows = max_num_seqs if not line.v1 else min(max_num_seqs, t)
     notes: list[str] = []
-    flashinfer = sampler == "flashinfer" and line.v1
-    if sampler == "flashinfer" and not line.v1:
+    flashinfer = sampler_kind == "flashinfer" and line.v1
+    if sampler_kind == "flashinfer" and not line.v1:
         notes.append(
             "V0 samples with FlashInfer only under VLLM_USE_FLASHINFER_SAMPLER=1: modelled with "
             "its sort-based sampler"
