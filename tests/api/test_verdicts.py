@@ -293,6 +293,7 @@ def _valid_value(name: str) -> Any:
         "dtype": "bfloat16",
         "version": "0.10.1",
         "mxfp4_backend": "marlin",
+        "sampler": "flashinfer",
         "limit_mm_per_prompt": 1,
     }[name]
 

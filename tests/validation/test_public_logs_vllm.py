@@ -29,7 +29,7 @@ def test_every_row_is_scored_or_has_a_reason(
 ) -> None:
     cases, verdicts, excluded = evaluated
     scored = {c.row for c in cases} | {v.row for v in verdicts}
-    assert len(scored) >= 22
+    assert len(scored) >= 24
     assert all(e.reason for e in excluded)
     assert len(scored) + len({e.row for e in excluded}) == len(p.rows())
 
@@ -39,14 +39,14 @@ def test_weights_and_kv_bytes_per_token_within_1_percent(
 ) -> None:
     cases = evaluated[0]
     n, mae, worst = _mae(cases, "weights")
-    assert n >= 20 and mae <= 0.01 and worst <= 0.02
+    assert n >= 21 and mae <= 0.01 and worst <= 0.02
     n, mae, worst = _mae(cases, "kv_bytes_per_token")
     assert n >= 1 and worst <= 0.01
 
 
 @pytest.mark.parametrize(
     ("component", "mean_bound", "worst_bound"),
-    [("kv_pool", 0.09, 0.23), ("kv_tokens", 0.14, 0.45), ("max_concurrency", 0.14, 0.45)],
+    [("kv_pool", 0.06, 0.22), ("kv_tokens", 0.10, 0.44), ("max_concurrency", 0.10, 0.44)],
 )
 def test_pool_and_concurrency_reached(
     evaluated: tuple[list[p.Case], list[p.Verdict], list[p.Excluded]],
@@ -57,6 +57,17 @@ def test_pool_and_concurrency_reached(
     n, mae, worst = _mae(evaluated[0], component)
     assert n >= 10
     assert mae <= mean_bound and worst <= worst_bound, (mae, worst)
+
+
+def test_0_10_line_pool_within_the_issue_target(
+    evaluated: tuple[list[p.Case], list[p.Verdict], list[p.Excluded]],
+) -> None:
+    # The 0.10 rows with the sampler their logs name (FlashInfer on the A100 80GB boxes, the
+    # sort-based one where the log says FlashInfer is not available).
+    cases = [c for c in evaluated[0] if c.line == "0.10.1"]
+    for component in ("kv_pool", "kv_tokens", "max_concurrency"):
+        n, mae, worst = _mae(cases, component)
+        assert n >= 6 and mae <= 0.022 and worst <= 0.045, (component, mae, worst)
 
 
 def test_start_or_refuse_verdicts(

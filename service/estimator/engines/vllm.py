@@ -65,7 +65,7 @@ from service.estimator.engines.overhead import (
     framework_overhead,
 )
 from service.estimator.engines.vllm_kv import VllmKvGroups, vllm_groups
-from service.estimator.engines.vllm_profile import profile_peak
+from service.estimator.engines.vllm_profile import SAMPLER_CHOICES, profile_peak
 from service.estimator.engines.vllm_versions import LINES, NEWEST, VllmLine, line_for
 from service.estimator.errors import InvalidRequest
 from service.estimator.formats import WeightFormat
@@ -290,6 +290,17 @@ class VllmEngine(Engine):
             choices=("auto", *BACKENDS),
         ),
         Option(
+            "sampler",
+            str,
+            "vLLM: the top-k/top-p sampler its profiling run measures (`auto`: the line's own; "
+            "`flashinfer`: FlashInfer's, which V1 picks whenever the flashinfer package is "
+            "installed in 0.8-0.10 (the Docker image ships it, a plain pip install does not) and "
+            "only under VLLM_USE_FLASHINFER_SAMPLER=1 in 0.11-0.20; the log then says 'Using "
+            "FlashInfer for top-p & top-k sampling').",
+            default="auto",
+            choices=SAMPLER_CHOICES,
+        ),
+        Option(
             "limit_mm_per_prompt",
             int,
             "vLLM: images per prompt a multimodal model accepts (its profiling run sizes the "
@@ -482,6 +493,7 @@ class VllmEngine(Engine):
             weight_kind=args.weight_format_kind,
             gpu=args.gpu,
             mm_limit=s.get("limit_mm_per_prompt"),
+            sampler_kind=str(s.get("sampler", "auto")),
         )
         fixed = int(run.peak)
         notes = list(run.notes)

@@ -43,7 +43,13 @@ from service.estimator.forward import HIDDEN_TENSORS, ForwardCoefficients, dense
 from service.estimator.gpu import GpuSpec
 from service.estimator.model import Architecture
 
-__all__ = ["ProfileRun", "encoder_items", "profile_peak", "sampler_buffer_rows"]
+__all__ = [
+    "SAMPLER_CHOICES",
+    "ProfileRun",
+    "encoder_items",
+    "profile_peak",
+    "sampler_buffer_rows",
+]
 
 # Multiprocessors assumed when the GPU's count is unknown (H100 SXM / H200: 132); it sizes
 # the Triton sampler's cached buffer, whose rows never exceed it.
@@ -64,6 +70,13 @@ _FP8_NATIVE = (8, 9)
 _SORT_TEMPORARIES = 20.0
 _SAMPLER_BYTES = {"v0": 16.0 + _SORT_TEMPORARIES, "native": 16.0 + _SORT_TEMPORARIES}
 _SAMPLER_BYTES |= {"triton": 12.0, "v2": 4.0}
+# FlashInfer's top-k/top-p (``flashinfer.sampling.top_k_top_p_sampling_from_logits``, order
+# "top_k_first", as vLLM's ``flashinfer_sample`` calls it): the fp32 copy the V1 sampler makes
+# (4), the top-k-masked logits (4) and their softmax (4); the rejection sampling sorts nothing.
+_SAMPLER_BYTES["flashinfer"] = 12.0
+
+#: ``sampler`` engine option values: ``auto`` runs the line's own sampler.
+SAMPLER_CHOICES = ("auto", "flashinfer")
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,24 +151,36 @@ def profile_peak(
     weight_kind: str,
     gpu: GpuSpec | None,
     mm_limit: int | None,
+    sampler_kind: str = "auto",
 ) -> ProfileRun:
-    """The profiling run of one GPU of a stage under ``line``."""
+    """The profiling run of one GPU of a stage under ``line``; ``sampler_kind`` ``flashinfer``
+    replaces a V1 line's top-k/top-p by FlashInfer's (V0 runs it only on request through an
+    environment variable and keeps its own sampler here)."""
     t = tokens
     rows = max_num_seqs if not line.v1 else min(max_num_seqs, t)
     notes: list[str] = []
+    flashinfer = sampler_kind == "flashinfer" and line.v1
+    if sampler_kind == "flashinfer" and not line.v1:
+        notes.append(
+            "V0 samples with FlashInfer only under VLLM_USE_FLASHINFER_SAMPLER=1: modelled with "
+            "its sort-based sampler"
+        )
     if line.sampler == "fitted":
         # The calibrated line: the forward coefficient and the fitted sampler term as measured.
         forward = c.per_token * t
         persistent = 0.0
         per_logit = c.dtype_bytes + value("vllm.sampler_bytes_per_logit")
+        if flashinfer:
+            per_logit = c.dtype_bytes + _SAMPLER_BYTES["flashinfer"]
         buffer = 0.0
     else:
         quant = activation_quantized(weight_kind, gpu)
         transient, persistent = _layer_moment(arch, c, line, tp, t, quant)
         forward = c.dtype_bytes * HIDDEN_TENSORS * arch.hidden_size * t + transient
-        per_logit = c.dtype_bytes + _SAMPLER_BYTES[line.sampler]
+        kind = "flashinfer" if flashinfer else line.sampler
+        per_logit = c.dtype_bytes + _SAMPLER_BYTES[kind]
         buffer = 0.0
-        if line.sampler in ("triton", "v2"):
+        if kind in ("triton", "v2"):
             buffer = sampler_buffer_rows(rows) * c.vocab * 4
     if not is_last:
         return ProfileRun(forward + 2 * t * c.hidden_row, 0.0, persistent, rows, tuple(notes))

@@ -56,7 +56,7 @@ __all__ = ["LINES", "NEWEST", "VllmLine", "line_for", "parse_version"]
 
 Budget = Literal["device", "profiled", "comm_outside", "extensible"]
 Batch = Literal["v0", "v1-0.8", "v1", "v1-0.34"]
-Sampler = Literal["v0", "native", "fitted", "triton", "v2"]
+Sampler = Literal["v0", "native", "fitted", "triton", "v2", "flashinfer"]
 Moe = Literal["separate", "shared", "shared+out", "workspace"]
 
 

@@ -224,3 +224,35 @@ def test_capacity_differs_by_line_with_the_same_flags() -> None:
     # 0.22 charges ~1 GiB of graphs and gives 0.92 of the GPU instead of 0.9 (+1.58 GiB).
     assert pools["0.22"] - pools["0.19"] == pytest.approx(0.02 * H100.total_bytes, abs=1.5 * GIB)
     assert pools["0.34"] > pools["0.22"]  # the whole GPU, less the margins
+
+
+def _sampler_setup(version: str, sampler: str):  # type: ignore[no-untyped-def]
+    req = InferenceRequest(
+        catalog_architecture(LLAMA_8B),
+        engine="vllm",
+        engine_options={"version": version, "max_model_len": 8192, "sampler": sampler},
+        gpu_memory_bytes=A100.total_bytes,
+        gpu=A100,
+    )
+    return setup_for(req)
+
+
+def test_flashinfer_sampler_holds_no_sort() -> None:
+    # 0.10.1 on an A100: 2048 tokens, 256 sampler rows (the small tier), Llama 3.1 8B's
+    # vocabulary 128256 (a multiple of 64). The sampler moment dominates the forward on both
+    # paths. Sort-based (topk_topp_sampler.forward_native): bf16 logits 2 + fp32 copy 4 +
+    # sorted values 4 + int64 indices 8 + torch.sort's temporaries 20 = 38 B per logit.
+    # FlashInfer (flashinfer_sample -> top_k_top_p_sampling_from_logits, top_k_first): bf16
+    # logits 2 + fp32 copy 4 + top-k-masked logits 4 + softmax probabilities 4 = 14 B.
+    logits = 256 * 128256
+    native = _sampler_setup("0.10.1", "auto").stages[-1].fixed_activation
+    flashinfer = _sampler_setup("0.10.1", "flashinfer").stages[-1].fixed_activation
+    assert native - flashinfer == logits * (38 - 14)
+    assert flashinfer >= logits * 14
+
+
+def test_v0_keeps_its_sampler_under_the_flashinfer_option() -> None:
+    # V0 samples with FlashInfer only under VLLM_USE_FLASHINFER_SAMPLER=1, not modelled.
+    a = _sampler_setup("0.6.4", "auto").stages[-1].fixed_activation
+    b = _sampler_setup("0.6.4", "flashinfer").stages[-1].fixed_activation
+    assert a == b
