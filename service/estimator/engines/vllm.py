@@ -295,8 +295,9 @@ class VllmEngine(Engine):
             "vLLM: the top-k/top-p sampler its profiling run measures (`auto`: the line's own; "
             "`flashinfer`: FlashInfer's, which V1 picks whenever the flashinfer package is "
             "installed in 0.8-0.10 (the Docker image ships it, a plain pip install does not) and "
-            "only under VLLM_USE_FLASHINFER_SAMPLER=1 in 0.11-0.20; the log then says 'Using "
-            "FlashInfer for top-p & top-k sampling').",
+            "only under VLLM_USE_FLASHINFER_SAMPLER=1 in 0.11-0.20; the 0.22 line picks it by "
+            "default on compute capability 7.5-12.1; the log then says 'Using FlashInfer for "
+            "top-p & top-k sampling').",
             default="auto",
             choices=SAMPLER_CHOICES,
         ),

@@ -138,6 +138,20 @@ def _layer_moment(
     return max(widest, moe.transient), moe.persistent
 
 
+def _samples_with_flashinfer_by_default(line: VllmLine, gpu: GpuSpec | None) -> bool:
+    """Whether ``line`` picks FlashInfer's top-k/top-p sampler on ``gpu`` on its own: CUDA
+    within the line's compute capabilities (an unknown GPU is taken as a supported one)."""
+    span = line.flashinfer_sampler_capabilities
+    if span is None:
+        return False
+    if gpu is None:
+        return True
+    if gpu.vendor not in (None, "nvidia"):
+        return False
+    cc = gpu.compute_capability
+    return cc is None or span[0] <= cc <= span[1]
+
+
 def profile_peak(
     arch: Architecture,
     c: ForwardCoefficients,
@@ -160,6 +174,12 @@ def profile_peak(
     rows = max_num_seqs if not line.v1 else min(max_num_seqs, t)
     notes: list[str] = []
     flashinfer = sampler_kind == "flashinfer" and line.v1
+    if sampler_kind == "auto" and _samples_with_flashinfer_by_default(line, gpu):
+        flashinfer = True
+        notes.append(
+            f"vLLM {line.name} samples with FlashInfer on this GPU by default "
+            "(VLLM_USE_FLASHINFER_SAMPLER unset); engine_options.sampler cannot turn it off"
+        )
     if sampler_kind == "flashinfer" and not line.v1:
         notes.append(
             "V0 samples with FlashInfer only under VLLM_USE_FLASHINFER_SAMPLER=1: modelled with "

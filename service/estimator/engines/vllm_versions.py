@@ -77,6 +77,10 @@ class VllmLine:
     moe: Moe
     graphs_in_budget: bool = False
     kv_cache_memory_hint: bool = False
+    # Compute capabilities on which the line samples with FlashInfer unless told otherwise
+    # (VLLM_USE_FLASHINFER_SAMPLER defaults to on and flashinfer is a requirement); None: the
+    # line's own sampler unless engine_options.sampler says flashinfer.
+    flashinfer_sampler_capabilities: tuple[tuple[int, int], tuple[int, int]] | None = None
     model_max_length_overrides: bool = True
     longrope_original: bool = True
     yarn_scales: bool = True
@@ -221,6 +225,10 @@ LINES: tuple[VllmLine, ...] = (
         moe="workspace",
         graphs_in_budget=True,
         kv_cache_memory_hint=True,
+        # v0.22.0 vllm/envs.py (VLLM_USE_FLASHINFER_SAMPLER default True),
+        # v1/sample/ops/topk_topp_sampler.py, v1/attention/backends/flashinfer.py
+        # (supports_compute_capability: 7.5 - 12.1); flashinfer-python is a requirement.
+        flashinfer_sampler_capabilities=((7, 5), (12, 1)),
         notes=("CUDA-graph memory is estimated before the KV cache is sized and charged to it",),
     ),
     VllmLine(

@@ -7,6 +7,8 @@ the buffer shapes in vLLM's sources (vllm-project/vllm at the tags named), writt
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from service.estimator.engines.moe_workspace import moe_buffers
@@ -256,3 +258,27 @@ def test_v0_keeps_its_sampler_under_the_flashinfer_option() -> None:
     a = _sampler_setup("0.6.4", "auto").stages[-1].fixed_activation
     b = _sampler_setup("0.6.4", "flashinfer").stages[-1].fixed_activation
     assert a == b
+
+
+def _sampler_setup_on(version: str, sampler: str, gpu: GpuSpec):  # type: ignore[no-untyped-def]
+    req = InferenceRequest(
+        catalog_architecture(LLAMA_8B),
+        engine="vllm",
+        engine_options={"version": version, "max_model_len": 8192, "sampler": sampler},
+        gpu_memory_bytes=gpu.total_bytes,
+        gpu=gpu,
+    )
+    return setup_for(req)
+
+
+def test_0_22_samples_with_flashinfer_by_default_within_its_compute_capabilities() -> None:
+    # v0.22.0: VLLM_USE_FLASHINFER_SAMPLER defaults to on and FlashInfer's backend supports
+    # compute capability 7.5-12.1, so `auto` on an A100 (8.0) is the FlashInfer moment, while a
+    # V100 (7.0) keeps the sort-based sampler.
+    def moment(sampler: str, gpu: GpuSpec) -> int:
+        return int(_sampler_setup_on("0.22", sampler, gpu).stages[-1].fixed_activation)
+
+    v100 = dataclasses.replace(A100, compute_capability=(7, 0))
+    assert moment("auto", A100) == moment("flashinfer", A100)
+    assert moment("auto", v100) > moment("flashinfer", A100)
+    assert moment("auto", v100) == moment("auto", dataclasses.replace(A100, vendor="amd"))
