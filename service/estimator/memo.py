@@ -41,6 +41,7 @@ DEFAULT_BUDGET_BYTES = 32 * 2**20
 
 
 class _Entry(NamedTuple):
+    key: Hashable
     value: Any
     size: int
 
@@ -55,7 +56,7 @@ class CacheStats:
 
 
 _lock = threading.RLock()
-_cache: cachetools.LRUCache[Any, _Entry] = cachetools.LRUCache(
+_cache: cachetools.LRUCache[int, _Entry] = cachetools.LRUCache(
     maxsize=DEFAULT_BUDGET_BYTES, getsizeof=lambda e: e.size
 )
 _shared: set[int] = set()
@@ -204,17 +205,21 @@ def cached(name: str, key: Hashable, compute: Callable[[], R]) -> R:
     """``compute()``, kept in the shared byte-bounded LRU under ``(name, key)``: for callers
     whose arguments are not hashable themselves but reduce to a hashable key."""
     full_key = (name, key)
+    # The LRU is keyed on the key's hash, computed once (the LRU's membership test, read and
+    # reordering would each hash the whole tuple again); the entry keeps its key, so a hash
+    # shared by two keys is a miss, never the other key's value.
+    digest = hash(full_key)
     with _lock:
-        hit = _cache.get(full_key)
-        if hit is not None:
+        hit = _cache.get(digest)
+        if hit is not None and hit.key == full_key:
             _counts["hits"] += 1
             return hit.value  # type: ignore[no-any-return]
         _counts["misses"] += 1
     result = compute()
-    size = deep_size((full_key, result))
+    size = deep_size((digest, full_key, result))
     with _lock:
         if size <= _cache.maxsize:
-            _cache[full_key] = _Entry(result, size)
+            _cache[digest] = _Entry(full_key, result, size)
     return result
 
 

@@ -13,6 +13,7 @@ from service.estimator.engines import EngineContext, EngineSettings, get_engine
 from service.estimator.errors import InvalidRequest
 from service.estimator.gpu import GpuSpec
 from service.estimator.inference.setup import ATTENTION, ServingSetup, serving_setup
+from service.estimator.memo import cached
 from service.estimator.model import Architecture
 from service.estimator.parallel import MAX_PARALLEL
 
@@ -87,7 +88,16 @@ class InferenceRequest:
             tp or self.tensor_parallel_size,
             pp or self.pipeline_parallel_size,
         )
-        return engine.resolve(self.engine_options, ctx)
+        # Each option keyed with its type (1, 1.0 and True are equal keys but not equal
+        # answers: an int option refuses True), in the caller's order (of an option and its
+        # alias, the later one wins).
+        given = tuple((k, type(v), v) for k, v in self.engine_options.items())
+        key = (self.engine, given, ctx)
+        try:
+            hash(key)
+        except TypeError:  # an unhashable option value: resolve refuses it, uncached
+            return engine.resolve(self.engine_options, ctx)
+        return cached("engine_settings", key, lambda: engine.resolve(self.engine_options, ctx))
 
 
 def resolved(req: InferenceRequest) -> InferenceRequest:
