@@ -88,16 +88,42 @@ class InferenceRequest:
             tp or self.tensor_parallel_size,
             pp or self.pipeline_parallel_size,
         )
-        # Each option keyed with its type (1, 1.0 and True are equal keys but not equal
-        # answers: an int option refuses True), in the caller's order (of an option and its
-        # alias, the later one wins).
-        given = tuple((k, type(v), v) for k, v in self.engine_options.items())
-        key = (self.engine, given, ctx)
+        key = self.options_key()
+        if key is None:
+            return engine.resolve(self.engine_options, ctx)
+        return cached(
+            "engine_settings", (self.engine, key, ctx), lambda: engine.resolve(self.engine_options, ctx)
+        )
+
+    def options_key(self) -> tuple[tuple[str, type, Any], ...] | None:
+        """``engine_options`` as a cache key (None when a value is not hashable: the engine
+        refuses it). Each value is keyed with its type (1, 1.0 and True are equal keys but
+        not equal answers: an int option refuses True), in the caller's order (of an option
+        and its alias, the later one wins)."""
+        key = tuple((k, type(v), v) for k, v in self.engine_options.items())
         try:
             hash(key)
-        except TypeError:  # an unhashable option value: resolve refuses it, uncached
-            return engine.resolve(self.engine_options, ctx)
-        return cached("engine_settings", key, lambda: engine.resolve(self.engine_options, ctx))
+        except TypeError:
+            return None
+        return key
+
+    def setups_key(self) -> tuple[Any, ...] | None:
+        """What every serving setup of this request depends on besides its layout (None: not
+        hashable, see :meth:`options_key`)."""
+        options = self.options_key()
+        if options is None:
+            return None
+        return (
+            self.architecture,
+            self.weight_format,
+            self.kv_cache_dtype,
+            self.engine,
+            options,
+            self.attention,
+            self.gpu_memory_bytes,
+            self.gpu,
+            self.checkpoint,
+        )
 
 
 def resolved(req: InferenceRequest) -> InferenceRequest:
