@@ -189,7 +189,7 @@ def _walk(obj: object, seen: set[int], once: bool) -> int:
             extend(o.keys())  # type: ignore[attr-defined]
             extend(o.values())  # type: ignore[attr-defined]
         elif kind == _SEQUENCE:
-            extend(o)  # type: ignore[call-overload]
+            extend(o)  # type: ignore[arg-type]
         else:
             d = getattr(o, "__dict__", None)
             if d is not None:

@@ -92,7 +92,9 @@ class InferenceRequest:
         if key is None:
             return engine.resolve(self.engine_options, ctx)
         return cached(
-            "engine_settings", (self.engine, key, ctx), lambda: engine.resolve(self.engine_options, ctx)
+            "engine_settings",
+            (self.engine, key, ctx),
+            lambda: engine.resolve(self.engine_options, ctx),
         )
 
     def options_key(self) -> tuple[tuple[str, type, Any], ...] | None:
