@@ -41,6 +41,7 @@ DEFAULT_BUDGET_BYTES = 32 * 2**20
 
 
 class _Entry(NamedTuple):
+    key: Hashable
     value: Any
     size: int
 
@@ -55,7 +56,7 @@ class CacheStats:
 
 
 _lock = threading.RLock()
-_cache: cachetools.LRUCache[Any, _Entry] = cachetools.LRUCache(
+_cache: cachetools.LRUCache[int, _Entry] = cachetools.LRUCache(
     maxsize=DEFAULT_BUDGET_BYTES, getsizeof=lambda e: e.size
 )
 _shared: set[int] = set()
@@ -96,6 +97,7 @@ def size_once(cls: type) -> None:
     with _lock:
         if cls not in _size_once_types:
             _size_once_types = (*_size_once_types, cls)
+            _kinds.clear()
 
 
 def _measured_once(o: object) -> int:
@@ -127,34 +129,75 @@ def deep_size(obj: object, seen: set[int] | None = None) -> int:
     return _walk(obj, set(_shared) if seen is None else seen, once=True)
 
 
+# How the walk treats an object, decided once per type (:func:`_kind`).
+_ATOM, _MAPPING, _SEQUENCE, _OBJECT, _ONCE = range(5)
+_ATOM_TYPES = (str, bytes, int, float, bool, type(None))
+_SEQUENCE_TYPES = (tuple, list, set, frozenset)
+# type -> (kind, the slot names along its MRO); cleared when size_once adds a type.
+_kinds: dict[type, tuple[int, tuple[str, ...]]] = {}
+
+
+def _kind(cls: type) -> tuple[int, tuple[str, ...]]:
+    known = _kinds.get(cls)
+    if known is not None:
+        return known
+    slots: tuple[str, ...] = ()
+    if _size_once_types and issubclass(cls, _size_once_types):
+        kind = _ONCE
+    elif issubclass(cls, _ATOM_TYPES):
+        kind = _ATOM
+    elif issubclass(cls, Mapping):
+        kind = _MAPPING
+    elif issubclass(cls, _SEQUENCE_TYPES):
+        kind = _SEQUENCE
+    else:
+        kind = _OBJECT
+        slots = tuple(name for c in cls.__mro__ for name in getattr(c, "__slots__", ()))
+    _kinds[cls] = known = (kind, slots)
+    return known
+
+
 def _walk(obj: object, seen: set[int], once: bool) -> int:
+    """Sum of ``sys.getsizeof`` over the graph from ``obj``, each object once (``seen``
+    holds the ids already counted or not to count). With ``once``, instances of the
+    :func:`size_once` types are charged their cached measure instead of being walked."""
     total = 0
     stack = [obj]
+    pop, push, extend, add = stack.pop, stack.append, stack.extend, seen.add
+    getsizeof = sys.getsizeof
+    kinds, kind_of = _kinds, _kind
+    missing = object()
     while stack:
-        o = stack.pop()
-        if id(o) in seen:
+        o = pop()
+        i = id(o)
+        if i in seen:
             continue
-        seen.add(id(o))
-        if once and _size_once_types and isinstance(o, _size_once_types):
-            total += _measured_once(o)
+        add(i)
+        cls = type(o)
+        known = kinds.get(cls) or kind_of(cls)
+        kind = known[0]
+        if kind == _ONCE:
+            if once:
+                total += _measured_once(o)
+                continue
+            kind = _OBJECT
+            known = (kind, tuple(n for c in cls.__mro__ for n in getattr(c, "__slots__", ())))
+        total += getsizeof(o)
+        if kind == _ATOM:
             continue
-        total += sys.getsizeof(o)
-        if isinstance(o, str | bytes | int | float | bool | type(None)):
-            continue
-        if isinstance(o, Mapping):
-            stack.extend(o.keys())
-            stack.extend(o.values())
-            continue
-        if isinstance(o, tuple | list | set | frozenset):
-            stack.extend(o)
-            continue
-        d = getattr(o, "__dict__", None)
-        if d is not None:
-            stack.append(d)
-        for cls in type(o).__mro__:
-            for name in getattr(cls, "__slots__", ()):
-                if hasattr(o, name):
-                    stack.append(getattr(o, name))
+        if kind == _MAPPING:
+            extend(o.keys())  # type: ignore[attr-defined]
+            extend(o.values())  # type: ignore[attr-defined]
+        elif kind == _SEQUENCE:
+            extend(o)  # type: ignore[arg-type]
+        else:
+            d = getattr(o, "__dict__", None)
+            if d is not None:
+                push(d)
+            for name in known[1]:
+                value = getattr(o, name, missing)
+                if value is not missing:
+                    push(value)
     return total
 
 
@@ -162,17 +205,21 @@ def cached(name: str, key: Hashable, compute: Callable[[], R]) -> R:
     """``compute()``, kept in the shared byte-bounded LRU under ``(name, key)``: for callers
     whose arguments are not hashable themselves but reduce to a hashable key."""
     full_key = (name, key)
+    # The LRU is keyed on the key's hash, computed once (the LRU's membership test, read and
+    # reordering would each hash the whole tuple again); the entry keeps its key, so a hash
+    # shared by two keys is a miss, never the other key's value.
+    digest = hash(full_key)
     with _lock:
-        hit = _cache.get(full_key)
-        if hit is not None:
+        hit = _cache.get(digest)
+        if hit is not None and hit.key == full_key:
             _counts["hits"] += 1
             return hit.value  # type: ignore[no-any-return]
         _counts["misses"] += 1
     result = compute()
-    size = deep_size((full_key, result))
+    size = deep_size((digest, full_key, result))
     with _lock:
         if size <= _cache.maxsize:
-            _cache[full_key] = _Entry(result, size)
+            _cache[digest] = _Entry(full_key, result, size)
     return result
 
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from service.estimator.engines.overhead import OverheadTerms, framework_overhead
 from service.estimator.errors import InvalidRequest
+from service.estimator.memo import memoized
 from service.estimator.units import GIB, normalize_dtype
 from service.estimator.weights import Placement
 
@@ -59,6 +60,7 @@ def activation_dtype(arch: Architecture, fmt: WeightFormat) -> str:
     return "bf16"
 
 
+@memoized
 def tp_sizes_dividing_widths(arch: Architecture, vocab_padding: int) -> tuple[int, ...]:
     """TP sizes whose column/row-parallel layers split evenly: the heads rule, plus the dense
     MLP width, the routed experts' width and the vocabulary padded to ``vocab_padding`` (the
@@ -139,12 +141,24 @@ class EngineSettings:
     engine: str
     values: tuple[tuple[str, OptionValue | None], ...]
     explicit: tuple[str, ...] = ()
+    # ``values`` as a dict (the workload evaluations read options many times per request)
+    # and the hash (settings key the setup cache, looked up many times per request).
+    _by_name: dict[str, OptionValue | None] = field(
+        init=False, repr=False, compare=False, hash=False
+    )
+    _hash: int | None = field(init=False, repr=False, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_by_name", dict(self.values))
+        object.__setattr__(self, "_hash", None)
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            object.__setattr__(self, "_hash", hash((self.engine, self.values, self.explicit)))
+        return self._hash  # type: ignore[return-value]
 
     def __getitem__(self, name: str) -> Any:
-        for key, value in self.values:
-            if key == name:
-                return value
-        raise KeyError(name)
+        return self._by_name[name]
 
     def with_values(self, **changes: OptionValue) -> EngineSettings:
         """These settings with some options changed (each as if the caller had set it)."""
@@ -157,10 +171,7 @@ class EngineSettings:
         return EngineSettings(self.engine, tuple(sorted(values.items())), explicit)
 
     def get(self, name: str, default: Any = None) -> Any:
-        for key, value in self.values:
-            if key == name:
-                return value
-        return default
+        return self._by_name.get(name, default)
 
     def as_dict(self) -> dict[str, OptionValue | None]:
         return dict(self.values)

@@ -31,8 +31,11 @@ __all__ = [
     "check_length",
     "estimate_inference",
     "fits",
+    "fits_from",
     "max_sequences",
     "per_gpu",
+    "required_from",
+    "stage_costs",
     "stage_figures",
 ]
 
@@ -50,6 +53,33 @@ def stage_components(
         st.fixed_activation + seqs * act,
         setup.overhead.total,
     )
+
+
+Costs = tuple[tuple[int, int], ...]
+
+
+def stage_costs(setup: ServingSetup, seq_len: int, prompt: int) -> Costs:
+    """(KV bytes, activation bytes) one sequence adds on one GPU of each stage, first to last:
+    computed once where several checks read them (:func:`~.verdict.judge`)."""
+    cost = setup.engine.sequence_cost
+    return tuple(cost(setup, st, seq_len, prompt) for st in setup.stages)
+
+
+def required_from(setup: ServingSetup, costs: Costs, seqs: int) -> int:
+    """:func:`required` from the stages' :func:`stage_costs`: the most loaded GPU's bytes."""
+    overhead = setup.overhead.total
+    return max(
+        st.weights + st.fixed_kv + seqs * kv + st.fixed_activation + seqs * act + overhead
+        for st, (kv, act) in zip(setup.stages, costs, strict=True)
+    )
+
+
+def fits_from(setup: ServingSetup, costs: Costs, usable: int, seqs: int) -> bool:
+    """:func:`fits` from the stages' :func:`stage_costs`."""
+    for st, (kv, act) in zip(setup.stages, costs, strict=True):
+        if st.base > usable or st.base + seqs * (kv + act) > usable:
+            return False
+    return True
 
 
 def per_gpu(setup: ServingSetup, seqs: int, seq_len: int, prompt: int) -> tuple[int, int, int, int]:

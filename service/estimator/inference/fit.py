@@ -26,6 +26,7 @@ from service.estimator.inference.request import (
 )
 from service.estimator.inference.setup import ServingSetup
 from service.estimator.inference.verdict import Verdict, judge, runnable_tensor_parallel_sizes
+from service.estimator.memo import cached
 from service.estimator.parallel import MAX_GPU_COUNT, Layout
 from service.estimator.result import Fit, FitReason
 from service.estimator.search import MAX_SEARCH_STEPS
@@ -88,6 +89,16 @@ def _fewest_stages(req: InferenceRequest, tp: int, lo: int, hi: int, mem: int) -
 
 
 def min_gpu_count(req: InferenceRequest) -> tuple[int | None, Layout | None, str | None]:
+    """:func:`search_min_gpu_count`, kept in the memo: it depends on the request's setups and
+    its workload, not on its own layout."""
+    setups = req.setups_key()
+    if setups is None:
+        return search_min_gpu_count(req)
+    key = (setups, req.sequences, req.seq_len, req.prompt)
+    return cached("min_gpu_count", key, lambda: search_min_gpu_count(req))
+
+
+def search_min_gpu_count(req: InferenceRequest) -> tuple[int | None, Layout | None, str | None]:
     """The fewest GPUs (a runnable TP × PP split) on which the request fits, its layout, and a
     note when none was found.
 

@@ -13,6 +13,7 @@ from service.estimator.engines import EngineContext, EngineSettings, get_engine
 from service.estimator.errors import InvalidRequest
 from service.estimator.gpu import GpuSpec
 from service.estimator.inference.setup import ATTENTION, ServingSetup, serving_setup
+from service.estimator.memo import cached
 from service.estimator.model import Architecture
 from service.estimator.parallel import MAX_PARALLEL
 
@@ -87,7 +88,44 @@ class InferenceRequest:
             tp or self.tensor_parallel_size,
             pp or self.pipeline_parallel_size,
         )
-        return engine.resolve(self.engine_options, ctx)
+        key = self.options_key()
+        if key is None:
+            return engine.resolve(self.engine_options, ctx)
+        return cached(
+            "engine_settings",
+            (self.engine, key, ctx),
+            lambda: engine.resolve(self.engine_options, ctx),
+        )
+
+    def options_key(self) -> tuple[tuple[str, type, Any], ...] | None:
+        """``engine_options`` as a cache key (None when a value is not hashable: the engine
+        refuses it). Each value is keyed with its type (1, 1.0 and True are equal keys but
+        not equal answers: an int option refuses True), in the caller's order (of an option
+        and its alias, the later one wins)."""
+        key = tuple((k, type(v), v) for k, v in self.engine_options.items())
+        try:
+            hash(key)
+        except TypeError:
+            return None
+        return key
+
+    def setups_key(self) -> tuple[Any, ...] | None:
+        """What every serving setup of this request depends on besides its layout (None: not
+        hashable, see :meth:`options_key`)."""
+        options = self.options_key()
+        if options is None:
+            return None
+        return (
+            self.architecture,
+            self.weight_format,
+            self.kv_cache_dtype,
+            self.engine,
+            options,
+            self.attention,
+            self.gpu_memory_bytes,
+            self.gpu,
+            self.checkpoint,
+        )
 
 
 def resolved(req: InferenceRequest) -> InferenceRequest:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from service.estimator.engines import get_engine
 from service.estimator.gpu import DEFAULT_GPUS_PER_NODE, GpuSpec
-from service.estimator.inference.evaluate import fits, required, stage_components
+from service.estimator.inference.evaluate import fits_from, required_from, stage_costs
 from service.estimator.inference.request import InferenceRequest
 from service.estimator.inference.setup import ServingSetup
 from service.estimator.result import FitReason
@@ -76,7 +76,8 @@ def judge(req: InferenceRequest, setup: ServingSetup, gpu_memory_bytes: int) -> 
     """The verdict on ``setup`` for ``req``'s workload on GPUs of ``gpu_memory_bytes``."""
     seqs, seq_len, prompt = req.sequences, req.seq_len, req.prompt
     usable = setup.usable(gpu_memory_bytes)
-    need = required(setup, seqs, seq_len, prompt)
+    costs = stage_costs(setup, seq_len, prompt)
+    need = required_from(setup, costs, seqs)
 
     def verdict(reason: FitReason, detail: str = "") -> Verdict:
         return Verdict(reason, detail, usable, need)
@@ -106,7 +107,7 @@ def judge(req: InferenceRequest, setup: ServingSetup, gpu_memory_bytes: int) -> 
             f"the {margin / GIB:.2f} GiB outside the budget cannot hold the CUDA context and "
             f"graphs ({setup.outside_budget.total / GIB:.2f} GiB)",
         )
-    kv_last = stage_components(setup, setup.stages[-1], seqs, seq_len, prompt)[1]
+    kv_last = setup.stages[-1].fixed_kv + seqs * costs[-1][0]
     if setup.engine.refuses(setup, usable, need, kv_last, seq_len):
         length = setup.max_model_len or seq_len
         return verdict(
@@ -114,7 +115,7 @@ def judge(req: InferenceRequest, setup: ServingSetup, gpu_memory_bytes: int) -> 
             f"the pool left after weights and the engine's reserve cannot hold one "
             f"{length}-token sequence",
         )
-    if not fits(setup, usable, seqs, seq_len, prompt):
+    if not fits_from(setup, costs, usable, seqs):
         return verdict(
             FitReason.WORKLOAD_EXCEEDS_MEMORY,
             f"{need / GIB:.2f} GiB needed per GPU, {usable / GIB:.2f} GiB usable",
