@@ -206,14 +206,16 @@ def test_fsdp2_traces_cover_world_sizes_and_checkpointing():
 def test_fsdp2_per_rank_peaks():
     # The fsdp2 layout (root gathered through forward and backward, one layer's all-gather
     # buffer) against the traced per-rank peaks at every world size: within 0.1% where the
-    # peak is at the start of backward; with checkpointing on Qwen2.5-7B the traced peak is
-    # late in backward (most sharded gradients, the root's unsharded lm_head gradient, a
-    # reduce-scatter buffer and a recomputed layer at once), a phase not modelled: up to 8%
-    # under there. The DeepSpeed layout on the same runs is worse on every run.
+    # peak is at the start of backward. With checkpointing on Qwen2.5-7B the traced peak is
+    # in the second layer's backward (26 of 28 layers' sharded gradients, the root's
+    # unsharded lm_head gradient, layer 0's prefetched all-gather, layer 2's reduce-scatter
+    # input and the recomputed layer at once), the late-backward phase: within 1.5% there
+    # (the phase's activations are the generic recompute + working-set terms, not the exact
+    # moment inside the layer's backward). The DeepSpeed layout is worse on every run.
     fsdp2, deepspeed = v.fsdp_cases("fsdp2"), v.fsdp_cases("deepspeed")
     assert v.summarize(fsdp2).median_abs <= 0.01
     worst = max(fsdp2, key=lambda c: abs(c.error))
-    assert abs(worst.error) <= 0.10, f"{worst.name}: {worst.error:+.1%}"
+    assert abs(worst.error) <= 0.015, f"{worst.name}: {worst.error:+.1%}"
     for a, b in zip(fsdp2, deepspeed, strict=True):
         assert a.name == b.name and abs(a.error) < abs(b.error)
         if "gc" not in a.name:
