@@ -138,6 +138,8 @@ def _dtypes(req: FinetuneRequest, prec: Precision) -> _Dtypes:
     else:
         base_fmt = get_format("fp32" if master == 4 else "bf16")
     frozen = int(bytes_per_element("bf16" if base_fmt.quantized else base_fmt.name))
+    if req.kbit_prepared:
+        frozen = 4  # peft's prepare_model_for_kbit_training: every non-quantized tensor in fp32
     return _Dtypes(
         compute=c,
         trainable_weight=c if deepspeed_mixed else master,
@@ -279,9 +281,17 @@ def _weight_copies(
     share = len(where.range) / arch.num_layers
     copies = 0
     if (prec.autocast and not req.is_lora and not dt.deepspeed_mixed) or (
-        prec.autocast and req.is_lora and dt.frozen > dt.compute
+        prec.autocast and req.is_lora and dt.frozen > dt.compute and not dt.base_format.quantized
     ):
         copies = int(coef.weight_copies * share)
+    elif prec.autocast and dt.base_format.quantized and dt.frozen > dt.compute:
+        # a prepared base's fp32 lm_head and routers (not quantized): autocast's 16-bit copy
+        # of each, saved by its matmul for the input's gradient
+        for m in arch.linear_modules:
+            if m.component == "lm_head" and where.stage == where.pp - 1:
+                copies += m.weight_numel // tp * dt.compute
+            elif m.component == "router":
+                copies += m.weight_numel * m.per_layer * where.count(m.layers, "") * dt.compute
     fused = [m for m in lora_mods if not m.is_nn_linear and m.layers]
     if fused:
         # peft adapts a 3-D expert stack through a parametrization: each forward
@@ -439,7 +449,7 @@ def _activation_setup(
     residual = (
         (dt.compute if dt.deepspeed_mixed else dt.master)
         if base_trains
-        else (dt.frozen if not dt.base_format.quantized else dt.compute)
+        else (dt.frozen if not dt.base_format.quantized or req.kbit_prepared else dt.compute)
     )
     return ActivationSetup(
         arch=req.arch,
@@ -458,6 +468,7 @@ def _activation_setup(
             req.quantized_base_saves_inputs and dt.base_format.quantized and req.is_lora
         ),
         loss=req.loss_implementation,
+        kbit_fp32=req.kbit_prepared,
     )
 
 
@@ -591,6 +602,13 @@ def _assumptions(req: FinetuneRequest, prec: str, dt: _Dtypes, paged: bool) -> l
         out.append(
             "bitsandbytes before 0.43.2: each quantized matmul holds its input in its autograd "
             f"context, which checkpointing does not free either; every layer keeps {kept}"
+        )
+    if req.kbit_prepared:
+        out.append(
+            "QLoRA base prepared by peft's prepare_model_for_kbit_training (kbit_preparation "
+            "'peft', the standard Hugging Face recipe): embeddings, lm_head, norms and biases in "
+            "fp32, so the residual stream, the norm outputs and the quantized projections' "
+            "outputs are fp32"
         )
     if dt.deepspeed_mixed:
         out.append(
