@@ -863,8 +863,8 @@ def _unsloth_section() -> list[str]:
         "(0.26 MB per token for the 8B). With autocast off (`precision: bf16`) the same "
         "recipe's errors would be: " + ", ".join(no_autocast) + " (fp32 logits, no autocast "
         "copy of lm_head). TRL's `SFTTrainer`, when it is handed a `PeftConfig` rather than a "
-        "prepared model, casts embeddings and lm_head back to bf16 (`peft_module_casting_to_bf16`); "
-        "that variant is not modelled.",
+        "prepared model, casts embeddings and lm_head back to bf16 "
+        "(`peft_module_casting_to_bf16`); that variant is not modelled.",
         "",
     ]
     return lines
