@@ -273,6 +273,8 @@ def _litgpt_rows(rows: list[dict[str, str]]) -> Iterator[tuple[str, float, Finet
             attention="sdpa",
             # the tables state bitsandbytes 0.41.1, whose 4-bit matmul kept its input
             quantized_base_saves_inputs=True,
+            # LitGPT's own model code: no peft, so no prepare_model_for_kbit_training
+            kbit_preparation="none" if method.startswith("QLoRA") else None,
         )
         yield (
             f"LitGPT {r['model']} {method} b{r['micro_batch']}",
@@ -416,6 +418,9 @@ def swift_values(rows: list[dict[str, str]]) -> list[SwiftValue]:
                 gradient_checkpointing=gc,
                 attention=attention,
                 quantized_base_saves_inputs=qlora,
+                # ms-swift 1.x does not call peft's prepare_model_for_kbit_training
+                # (swift/llm/sft.py and tuner.py only enable input gradients)
+                kbit_preparation="none",
             )
             reason = None
             if quant.startswith("GPTQ"):
@@ -651,33 +656,51 @@ def _fsdp_section() -> list[str]:
 # --------------------------------------------------------------------------------------
 
 UNSLOTH_DATA = HERE / "data" / "unsloth_max_context.csv"
-UNSLOTH_PATHS = ("transformers", "transformers-legacy")
+#: The settings compared: the loss path and whether peft's prepare_model_for_kbit_training ran.
+UNSLOTH_SETTINGS: dict[str, tuple[str, str]] = {
+    "transformers": ("transformers", "none"),
+    "transformers-legacy": ("transformers-legacy", "none"),
+    "transformers + peft": ("transformers", "peft"),
+    "transformers-legacy + peft": ("transformers-legacy", "peft"),
+}
+UNSLOTH_PATHS = tuple(UNSLOTH_SETTINGS)
+#: What the baseline ran: transformers before 4.45, its base prepared by peft.
+UNSLOTH_RECIPE = "transformers-legacy + peft"
 
 
-def unsloth_request(arch: Architecture, loss: str) -> FinetuneRequest:
+def unsloth_request(
+    arch: Architecture, setting: str, precision: str = "bf16-mixed"
+) -> FinetuneRequest:
     """The setting the page states (4-bit QLoRA on the seven projections, rank 32, batch 1,
     sequences padded to the length) plus what a HF + FA2 QLoRA run of 2024 did: nf4 with bf16
-    compute, flash attention, non-reentrant checkpointing of every layer, AdamW."""
+    compute, flash attention, non-reentrant checkpointing of every layer, AdamW, and
+    ``TrainingArguments(bf16=True)`` as Unsloth's notebooks set on a bf16 GPU (autocast to
+    bf16 over fp32 adapters: ``bf16-mixed``); ``setting`` names the loss path and the
+    preparation of the quantized base (:data:`UNSLOTH_SETTINGS`)."""
+    loss, kbit = UNSLOTH_SETTINGS[setting]
     return FinetuneRequest(
         architecture=arch,
         method="qlora",
         lora=LoraSpec(rank=32, target_modules="all-linear"),
-        precision="bf16",
+        precision=precision,
         batch_size=1,
         sequence_length=1,
         gradient_checkpointing="full",
         attention="flash",
         loss_implementation=loss,
+        kbit_preparation=kbit,
     )
 
 
-def unsloth_max_context(arch: Architecture, gib: int, loss: str) -> int | None:
+def unsloth_max_context(
+    arch: Architecture, gib: int, loss: str, precision: str = "bf16-mixed"
+) -> int | None:
     """The fit's longest sequence on a card whose torch-visible memory is ``gib`` GiB.
 
     Unsloth's notebooks print ``torch.cuda.max_memory_reserved() / 1024**3`` as "GB": the
     caching allocator's reserved bytes, without the CUDA context. The fit budgets the whole
     GPU including the context, so the card is given that context on top."""
-    req = unsloth_request(arch, loss)
+    req = unsloth_request(arch, loss, precision)
     context = prepare(req).stages[0].overhead_fixed
     fit = fit_finetune(req, GpuSpec("unsloth", f"{gib} GiB", gib * 2**30 + context))
     return fit.max_sequence_length
@@ -779,19 +802,27 @@ def _unsloth_section() -> list[str]:
     model8 = "meta-llama/Llama-3.1-8B-Instruct"
     arch8 = _catalog_arch(model8)
     measured_slope = rows_slope(rows, model8)
+    measured_intercept = rows_intercept(rows, model8)
+    header = " | ".join(f"`{p}` | error" for p in UNSLOTH_PATHS)
     lines = [
-        "### Loss paths: Unsloth's HF + FA2 QLoRA baseline (held out)",
+        "### Loss paths and kbit preparation: Unsloth's HF + FA2 QLoRA baseline (held out)",
         "",
         "Max context per GPU size of the Hugging Face + FA2 baseline Unsloth publishes "
         "(https://docs.unsloth.ai/basics/unsloth-benchmarks: Llama 3.1 8B / 3.3 70B Instruct, "
         "4-bit QLoRA on the seven projections, rank 32, batch 1; rows in "
         "`bench/validate/data/unsloth_max_context.csv`), against the fit's "
         "`max_sequence_length` on a card of that many GiB of torch-visible memory (Unsloth "
-        "reports `max_memory_reserved` / 1024³). Nothing was fitted to these rows. The "
-        "baseline ran transformers' loss path of before 4.45 (`transformers-legacy`).",
+        "reports `max_memory_reserved` / 1024³). Nothing was fitted to these rows. Each column "
+        "is a loss path (`transformers` today's, `transformers-legacy` before 4.45) with the "
+        "quantized base as loaded (`kbit_preparation: none`) or prepared by peft's "
+        "`prepare_model_for_kbit_training` (`+ peft`, the standard Hugging Face QLoRA recipe "
+        "and the estimator's default for QLoRA: embeddings, lm_head and norms in fp32, so the "
+        "residual stream and the quantized projections' outputs are fp32). All run "
+        "`precision: bf16-mixed` (`TrainingArguments(bf16=True)`: autocast over fp32 "
+        f"adapters). The baseline's recipe as modelled: `{UNSLOTH_RECIPE}`.",
         "",
-        "| model | GPU | measured | `transformers` | error | `transformers-legacy` | error |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        f"| model | GPU | measured | {header} |",
+        "|---|---:|---:|" + "---:|---:|" * len(UNSLOTH_PATHS),
     ]
     for r in rows:
         cells = []
@@ -803,26 +834,37 @@ def _unsloth_section() -> list[str]:
             + " | ".join(cells)
             + " |"
         )
+    no_autocast = []
+    for r in rows:
+        if r.measured is None:
+            continue
+        est = unsloth_max_context(_catalog_arch(r.model), r.gib, UNSLOTH_RECIPE, "bf16")
+        no_autocast.append(
+            f"{r.model.split('/')[1].split('-Instruct')[0]} {r.gib} GiB "
+            + ("OOM" if est is None else f"{(est - r.measured) / r.measured:+.1%}")
+        )
     lines += [
         "",
         f"The 8B rows lie on one line (card memory = {measured_slope / 1e6:.3f} MB per token "
         "× context + a constant, to the token): they are read off a fit of memory against "
-        "length. Per token the line costs "
-        f"{measured_slope / 1e6:.3f} MB; the estimate's reserved cost per token is "
-        + ", ".join(
-            f"{unsloth_reserved_slope(arch8, p) / 1e6:.3f} MB with `{p}` "
-            f"({unsloth_reserved_slope(arch8, p) / measured_slope - 1:+.1%})"
+        f"length, whose intercept is {measured_intercept / 2**30:.2f} GiB. The estimate's "
+        "reserved cost per token and its intercept (extrapolated to zero context along its "
+        "long-context line): "
+        + "; ".join(
+            f"`{p}` {unsloth_reserved_slope(arch8, p) / 1e6:.3f} MB "
+            f"({unsloth_reserved_slope(arch8, p) / measured_slope - 1:+.1%}), "
+            f"{unsloth_reserved_intercept(arch8, p) / 2**30:.2f} GiB"
             for p in UNSLOTH_PATHS
         )
-        + ". The legacy loss path closes most of the per-token gap; what remains is mostly a "
-        f"constant: the line's intercept is {rows_intercept(rows, model8) / 2**30:.2f} GiB, the "
-        "estimate's (legacy) "
-        f"{unsloth_reserved_intercept(arch8, 'transformers-legacy') / 2**30:.2f} GiB, a gap no "
-        "loss path changes and which dominates the small cards. The "
-        "baseline's script is not published; candidates read from the libraries of the time, "
-        "not modelled and not fitted: peft's `prepare_model_for_kbit_training` casts every "
-        "non-quantized parameter (embeddings, lm_head, norms) to fp32, which also makes the "
-        "residual stream fp32; TRL's SFTTrainer casts some of them back under bf16.",
+        + ". Without peft's preparation a constant of about 3 GiB is missing, which no loss "
+        "path changes: it is the fp32 embeddings and lm_head (2 × 2 bytes × 128256 × 4096, "
+        "1.96 GiB) and the 16-bit copy of lm_head autocast keeps for backward (0.98 GiB); the "
+        "fp32 residual stream adds 2 bytes per hidden unit, token and checkpointed layer "
+        "(0.26 MB per token for the 8B). With autocast off (`precision: bf16`) the same "
+        "recipe's errors would be: " + ", ".join(no_autocast) + " (fp32 logits, no autocast "
+        "copy of lm_head). TRL's `SFTTrainer`, when it is handed a `PeftConfig` rather than a "
+        "prepared model, casts embeddings and lm_head back to bf16 "
+        "(`peft_module_casting_to_bf16`); that variant is not modelled.",
         "",
     ]
     return lines

@@ -63,6 +63,7 @@ def finetune_request(body: FinetuneRequestBody) -> FinetuneRequest:
         gradient_checkpointing=body.gradient_checkpointing,
         attention=body.attention,
         loss_implementation=body.loss_implementation,
+        kbit_preparation=body.kbit_preparation,
         gpu_count=body.gpu_count,
         zero_stage=body.zero_stage,
         sharding_implementation=body.sharding_implementation,

@@ -194,3 +194,19 @@ def test_batch_over_limit_is_422(client: TestClient) -> None:
     response = client.post("/v1/estimate/batch", json={"items": items})
     assert response.status_code == 422
     assert "items" in fields_of(response)
+
+
+def test_kbit_preparation_outside_qlora_names_the_field(client: TestClient) -> None:
+    body = {"model": LLAMA_8B, "method": "lora", "kbit_preparation": "peft"}
+    response = post(client, "finetune", body)
+    assert response.status_code == 422
+    assert "kbit_preparation" in fields_of(response)
+    assert "qlora" in response.json()["detail"]
+
+
+def test_kbit_preparation_defaults_to_peft_for_qlora(client: TestClient) -> None:
+    base = {"model": LLAMA_8B, "method": "qlora", "gradient_checkpointing": "full"}
+    default = post(client, "finetune", base).json()
+    peft = post(client, "finetune", {**base, "kbit_preparation": "peft"}).json()
+    plain = post(client, "finetune", {**base, "kbit_preparation": "none"}).json()
+    assert default["total_bytes"] == peft["total_bytes"] > plain["total_bytes"]

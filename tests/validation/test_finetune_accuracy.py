@@ -195,6 +195,34 @@ def test_unsloth_per_token_cost_within_ten_percent_with_the_legacy_path(unsloth)
     assert abs(today / measured - 1) > 0.15
 
 
+def test_unsloth_rows_with_peft_kbit_preparation(unsloth):
+    # Held out: the recipe as modelled (transformers < 4.45 loss path, peft's
+    # prepare_model_for_kbit_training, autocast) on every row: the out-of-memory rows run out
+    # of memory, and every measured length is met within 7%, none over-estimated (an
+    # optimistic max context is an OOM for the user) by more than 1%.
+    recipe = v.UNSLOTH_RECIPE
+    for r in unsloth:
+        if r.measured is None:
+            assert r.estimated[recipe] is None, r
+            continue
+        err = r.error(recipe)
+        assert err is not None and -0.07 <= err <= 0.01, r
+
+
+def test_unsloth_line_with_peft_kbit_preparation(unsloth):
+    # The 8B rows' line (card memory against context): the prepared recipe's reserved cost
+    # per token within 5% of its slope and its zero-context intercept within 0.25 GiB; the
+    # unprepared base misses the intercept by more than 2.5 GiB (fp32 embeddings and
+    # lm_head, autocast's 16-bit copy of lm_head).
+    model = "meta-llama/Llama-3.1-8B-Instruct"
+    arch = v._catalog_arch(model)
+    slope, intercept = v.rows_slope(unsloth, model), v.rows_intercept(unsloth, model)
+    recipe = v.UNSLOTH_RECIPE
+    assert abs(v.unsloth_reserved_slope(arch, recipe) / slope - 1) <= 0.05
+    assert abs(v.unsloth_reserved_intercept(arch, recipe) - intercept) <= 0.25 * 2**30
+    assert intercept - v.unsloth_reserved_intercept(arch, "transformers-legacy") > 2.5 * 2**30
+
+
 def test_fsdp2_traces_cover_world_sizes_and_checkpointing():
     records = v.fsdp_records()
     assert records, "bench/validate/data/fsdp_tracer.jsonl is missing or empty"
@@ -206,14 +234,16 @@ def test_fsdp2_traces_cover_world_sizes_and_checkpointing():
 def test_fsdp2_per_rank_peaks():
     # The fsdp2 layout (root gathered through forward and backward, one layer's all-gather
     # buffer) against the traced per-rank peaks at every world size: within 0.1% where the
-    # peak is at the start of backward; with checkpointing on Qwen2.5-7B the traced peak is
-    # late in backward (most sharded gradients, the root's unsharded lm_head gradient, a
-    # reduce-scatter buffer and a recomputed layer at once), a phase not modelled: up to 8%
-    # under there. The DeepSpeed layout on the same runs is worse on every run.
+    # peak is at the start of backward. With checkpointing on Qwen2.5-7B the traced peak is
+    # in the second layer's backward (26 of 28 layers' sharded gradients, the root's
+    # unsharded lm_head gradient, layer 0's prefetched all-gather, layer 2's reduce-scatter
+    # input and the recomputed layer at once), the late-backward phase: within 1.5% there
+    # (the phase's activations are the generic recompute + working-set terms, not the exact
+    # moment inside the layer's backward). The DeepSpeed layout is worse on every run.
     fsdp2, deepspeed = v.fsdp_cases("fsdp2"), v.fsdp_cases("deepspeed")
     assert v.summarize(fsdp2).median_abs <= 0.01
     worst = max(fsdp2, key=lambda c: abs(c.error))
-    assert abs(worst.error) <= 0.10, f"{worst.name}: {worst.error:+.1%}"
+    assert abs(worst.error) <= 0.015, f"{worst.name}: {worst.error:+.1%}"
     for a, b in zip(fsdp2, deepspeed, strict=True):
         assert a.name == b.name and abs(a.error) < abs(b.error)
         if "gc" not in a.name:

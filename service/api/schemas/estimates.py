@@ -43,6 +43,7 @@ Checkpointing = Literal[training.GRADIENT_CHECKPOINTING]  # type: ignore[valid-t
 Attention = Literal[ATTENTION]  # type: ignore[valid-type]
 LossImplementation = Literal[training.LOSS_IMPLEMENTATIONS]  # type: ignore[valid-type]
 ShardingImplementation = Literal[training.SHARDING_IMPLEMENTATIONS]  # type: ignore[valid-type]
+KbitPreparation = Literal[training.KBIT_PREPARATIONS]  # type: ignore[valid-type]
 EstimatorName = Literal["detailed", "simple"]
 
 # Bounds: generous for any real deployment, tight enough that no request is unbounded work.
@@ -358,6 +359,13 @@ class FinetuneRequestBody(ModelSelector):
         "(>= 4.45), `transformers-legacy` (< 4.45: fp32 logits and a shifted copy), `chunked` "
         "(torchtune's chunked cross entropy), `liger` (fused linear cross entropy), "
         "`cut-cross-entropy` (Apple's CCE).",
+    )
+    kbit_preparation: KbitPreparation | None = Field(
+        None,
+        description="QLoRA: how the quantized base is prepared. `peft` (the default for "
+        "`qlora`): peft's prepare_model_for_kbit_training, as the standard Hugging Face QLoRA "
+        "recipe and TRL run it: embeddings, lm_head and norms in fp32, so the residual stream "
+        "is fp32; `none`: the base as loaded (LitGPT, ms-swift). Other methods: `none` only.",
     )
     gpu_count: int = Field(1, ge=1, le=MAX_GPUS, description="Data-parallel GPUs.")
     zero_stage: Literal[0, 1, 2, 3] = Field(0, description="ZeRO / FSDP sharding stage.")

@@ -28,7 +28,11 @@ modeling code (Llama/Qwen/Mistral/Gemma/MoE families) and of peft's LoRA layers:
 - the loss path (logits and cross entropy) depends on the trainer's implementation; each one
   is in :mod:`.loss` (transformers >= 4.45 by default: 16-bit logits kept with the fp32
   log-softmax, 6·V bytes per token in bf16, and 8·V at the start of backward);
-- AMP: autocast keeps a 16-bit copy of every linear weight it cast, saved for backward.
+- AMP: autocast keeps a 16-bit copy of every linear weight it cast, saved for backward;
+- a quantized base prepared by peft (``kbit_fp32``, :mod:`.kbit`): fp32 residual stream, norm
+  outputs, q/k/v and MLP intermediates; flash attention keeps 16-bit q/k/v (it casts them
+  back), SDPA/eager outside autocast fp32 ones; adapters outside autocast share the fp32
+  norm output they read; fp32 logits outside autocast.
 
 Gradient checkpointing (HF, per decoder layer, non-reentrant): ``full`` keeps each layer's
 input (plus the old-bitsandbytes context attributes above) and recomputes one layer at a time
@@ -91,6 +95,27 @@ class ActivationSetup:
     sp: bool = False
     frozen_inputs_kept: bool = False  # frozen base linears keep their input (old bitsandbytes)
     loss: str = "transformers"  # the loss path (:data:`.loss.LOSS_IMPLEMENTATIONS`)
+    kbit_fp32: bool = False  # peft's prepare_model_for_kbit_training ran (:mod:`.kbit`)
+
+    @property
+    def norm_output_bytes(self) -> int:
+        """A norm's output (what q/k/v and gate/up read): fp32 after peft's preparation (an
+        fp32 weight times the normalized value), else the compute dtype."""
+        return _FP32 if self.kbit_fp32 else self.compute_bytes
+
+    @property
+    def attention_bytes(self) -> int:
+        """q, k, v and the attention output as attention keeps them: flash attention and
+        autocast bring the prepared base's fp32 projections back to 16 bits; SDPA and eager
+        outside autocast run on them in fp32."""
+        if self.kbit_fp32 and not self.autocast and self.attention != "flash":
+            return _FP32
+        return self.compute_bytes
+
+    @property
+    def logits_bytes(self) -> int:
+        """lm_head's output: fp32 from the prepared base's fp32 lm_head outside autocast."""
+        return _FP32 if self.kbit_fp32 and not self.autocast else self.compute_bytes
 
 
 @dataclass(frozen=True)
@@ -170,21 +195,35 @@ class _LayerTerms:
 
 
 def _consumer_input(
-    setup: ActivationSetup, dim: int, consumers: tuple[LinearModule, ...], layer_trains: bool
+    setup: ActivationSetup,
+    dim: int,
+    consumers: tuple[LinearModule, ...],
+    layer_trains: bool,
+    input_bytes: int | None = None,
+    input_kept: bool = False,
 ) -> float:
     """Bytes per token kept for linear inputs of width ``dim`` read by ``consumers``: the
-    (autocast copy of the) input once if any base weight trains, plus a copy per adapter."""
+    (autocast copy of the) input once if any base weight trains, plus a copy per adapter.
+
+    ``input_bytes``: the input's dtype (default the compute dtype). An fp32 input outside
+    autocast (a peft-prepared base) is what each adapter's ``x.to(float32)`` returns, so the
+    adapters keep that one tensor (nothing more if ``input_kept``: attention keeps it
+    already); a quantized linear's ``x.to(compute)`` is then a copy of its own."""
     c = setup.compute_bytes
+    fp32_in = setup.kbit_fp32 and input_bytes == _FP32
     kept = 0.0
-    base_keeps = (layer_trains and setup.base_trainable) or (
-        setup.frozen_inputs_kept and any(m.component != "router" for m in consumers)
-    )
-    if base_keeps:
+    quantized = sum(1 for m in consumers if m.component != "router")
+    if layer_trains and setup.base_trainable:
         kept += dim * c  # norm output (or its autocast copy), shared by the projections
+    elif setup.frozen_inputs_kept and quantized:
+        kept += dim * c * (quantized if fp32_in else 1)
     n_lora = sum(1 for m in consumers if m.name in setup.lora_names)
     if n_lora:
-        copy = c if setup.autocast else _FP32
-        kept += n_lora * (dim * copy + setup.lora_rank * _FP32)
+        if fp32_in and not setup.autocast:
+            kept += (0 if input_kept else dim * _FP32) + n_lora * setup.lora_rank * _FP32
+        else:
+            copy = c if setup.autocast else _FP32
+            kept += n_lora * (dim * copy + setup.lora_rank * _FP32)
     return kept
 
 
@@ -205,7 +244,10 @@ def _context_kept_inputs(setup: ActivationSetup, i: int) -> tuple[float, float]:
     # One tensor per norm, however many quantized linears read it; any other quantized linear
     # (o_proj, down_proj, MLA's q_b/kv_b) reads a tensor of its own.
     norms = {m.reads for m in mods if m.reads_norm_output}
-    outer = len(norms) * setup.arch.hidden_size * c
+    # after peft's preparation a norm output is fp32 and each quantized linear keeps the
+    # 16-bit copy its ``x.to(compute)`` made
+    readers = sum(1 for m in mods if m.reads_norm_output) if setup.kbit_fp32 else len(norms)
+    outer = readers * setup.arch.hidden_size * c
     inner = sum(m.in_features * c for m in mods if not m.reads_norm_output)
     return float(outer), float(inner)
 
@@ -245,7 +287,9 @@ def _layer_terms(setup: ActivationSetup, i: int, grad_flows: bool) -> _LayerTerm
         inner += heads * (mla.qk_nope_head_dim + vhd) * c  # kv_b output
         attn_q, attn_k, attn_v = heads * hd, heads * hd, heads * vhd
     else:
-        outer += _consumer_input(setup, h, reading(Reads.ATTN_INPUT), layer_trains)
+        outer += _consumer_input(
+            setup, h, reading(Reads.ATTN_INPUT), layer_trains, setup.norm_output_bytes
+        )
         attn_q, attn_k, attn_v = heads * hd, kv * hd, kv * vhd
         if arch.qk_norm is not None:
             qk = attn_q + attn_k
@@ -260,19 +304,26 @@ def _layer_terms(setup: ActivationSetup, i: int, grad_flows: bool) -> _LayerTerm
         if setup.checkpointing != "selective":
             quad += _eager_score_bytes(setup, heads)
     else:
-        inner += (attn_q + attn_k + attn_v + out_width) * c
+        inner += (attn_q + attn_k + attn_v + out_width) * setup.attention_bytes
         if setup.checkpointing != "selective":
             inner += heads * _FP32  # log-sum-exp
     o_proj = reading(Reads.ATTN_OUTPUT)
     o_keeps = (layer_trains and setup.base_trainable) or (setup.frozen_inputs_kept and o_proj)
-    inner += _consumer_input(setup, out_width, o_proj, layer_trains) - (
+    inner += _consumer_input(
+        setup,
+        out_width,
+        o_proj,
+        layer_trains,
+        setup.attention_bytes,
+        input_kept=setup.attention != "eager",
+    ) - (
         out_width * c if o_keeps and setup.attention != "eager" else 0.0
     )  # o_proj reads the attention output as a view (already counted) except after eager
     if gemma_style:
         outer += _norm_kept(setup, h, layer_trains, True)  # post-attention norm
     # --- MLP / MoE block ------------------------------------------------------------
     outer += _norm_kept(setup, h, layer_trains, True)
-    work = 0.0
+    work_bytes = c
     if arch.moe is not None and arch.is_moe_layer(i):
         moe = arch.moe
         k, e, ie = moe.experts_per_token, moe.num_experts, moe.expert_intermediate_size
@@ -293,15 +344,20 @@ def _layer_terms(setup: ActivationSetup, i: int, grad_flows: bool) -> _LayerTerm
             work_width += si
     else:
         width = arch.intermediate_size
-        outer += _consumer_input(setup, h, reading(Reads.MLP_INPUT, "mlp"), layer_trains)
-        inner += (3 if arch.gated_mlp else 1) * width * c
-        inner += _consumer_input(setup, width, reading(Reads.MLP_ACT), layer_trains)
+        # gate/up read the norm output; a prepared base's quantized gate/up return its fp32
+        mlp_bytes = setup.norm_output_bytes
+        outer += _consumer_input(
+            setup, h, reading(Reads.MLP_INPUT, "mlp"), layer_trains, setup.norm_output_bytes
+        )
+        inner += (3 if arch.gated_mlp else 1) * width * mlp_bytes
+        inner += _consumer_input(setup, width, reading(Reads.MLP_ACT), layer_trains, mlp_bytes)
         work_width = width
+        work_bytes = mlp_bytes
     if gemma_style:
         outer += _norm_kept(setup, h, layer_trains, True)  # post-feedforward norm
     # Backward working set: gradients of the widest intermediates and hidden-width rows alive
     # at once (calibration register: training.backward_work_*).
-    work = value("training.backward_work_intermediate") * work_width * c + value(
+    work = value("training.backward_work_intermediate") * work_width * work_bytes + value(
         "training.backward_work_hidden"
     ) * h * max(c, setup.residual_bytes)
     return _LayerTerms(inner, outer, quad, work)
@@ -347,7 +403,7 @@ def activation_coefficients(setup: ActivationSetup) -> ActivationCoefficients:
         LossShape(
             vocab=v / tp,
             hidden=h,
-            compute_bytes=c,
+            compute_bytes=setup.logits_bytes,
             head_trains=head_trains,
             softcapping=arch.final_logit_softcapping is not None,
         )

@@ -9,7 +9,10 @@ reference tracer shows each):
   vocabulary on top of everything kept; with checkpointing one layer is recomputed; at its
   end all gradients exist (plus, for tied embeddings, the second embedding gradient before
   the two are summed);
-- optimizer step: weights + gradients + states + the update's temporary (foreach).
+- optimizer step: weights + gradients + states + the update's temporary (foreach);
+- FSDP2 only, late in backward: the second decoder layer's backward, when most sharded
+  gradients, unsharded root gradients, the gathered root and two layers' parameters, a
+  reduce-scatter buffer and the recomputed layer are alive at once (:mod:`.sharding`).
 
 Gradients from the previous step are gone (``zero_grad(set_to_none=True)``, the default), so
 forward and the start of backward hold no gradients. Every phase is a line
@@ -44,6 +47,19 @@ def _stage_phases(stg: StageState, b: int, s: int) -> tuple[str, int, dict[str, 
     fb_total = base + stg.states + act_fb
     bw_end = base + stg.states + stg.gradients + stg.tied_transient
     step = base + stg.states_step + stg.gradients + stg.update_temp
+    late = stg.late_backward
+    late_total = stg.late_fixed + stg.late_lin * bs + stg.late_quad * bss if late else 0
+    if late is not None and late_total > max(fb_total, bw_end, step):
+        return (
+            "backward",
+            int(late_total),
+            {
+                "weights": stg.weights + late.gathered,
+                "gradients": late.gradients,
+                "optimizer_states": stg.states,
+                "activations": int(stg.late_lin * bs + stg.late_quad * bss),
+            },
+        )
     if fb_total >= bw_end and fb_total >= step:
         phase = "forward" if fw >= bw and fw >= recompute else "backward"
         parts = {

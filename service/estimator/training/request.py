@@ -8,6 +8,7 @@ from service.estimator.errors import InvalidRequest
 from service.estimator.formats import QLORA_FORMATS, get_format
 from service.estimator.model import Architecture
 from service.estimator.training.activations import ATTENTION, GRADIENT_CHECKPOINTING
+from service.estimator.training.kbit import resolve_kbit_preparation
 from service.estimator.training.lora import LoraSpec, validate_lora
 from service.estimator.training.loss import LOSS_IMPLEMENTATIONS
 from service.estimator.training.optimizers import OPTIMIZERS
@@ -40,7 +41,9 @@ class FinetuneRequest:
     for backward, as bitsandbytes did before 0.43.2 (July 2024); recent versions do not.
     ``loss_implementation``: the code that computes the logits and the cross entropy
     (:mod:`.loss`). ``sharding_implementation``: DeepSpeed ZeRO or PyTorch FSDP2
-    (:mod:`.sharding`).
+    (:mod:`.sharding`). ``kbit_preparation`` (QLoRA): peft's ``prepare_model_for_kbit_training``
+    casts the base's non-quantized parameters to fp32 (:mod:`.kbit`); None: ``peft`` for QLoRA,
+    ``none`` otherwise.
     """
 
     architecture: Architecture | None
@@ -65,6 +68,7 @@ class FinetuneRequest:
     quantized_base_saves_inputs: bool = False
     loss_implementation: str = "transformers"
     sharding_implementation: str = "deepspeed"
+    kbit_preparation: str | None = None
 
     @property
     def arch(self) -> Architecture:
@@ -81,6 +85,11 @@ class FinetuneRequest:
     @property
     def is_lora(self) -> bool:
         return self.method in ("lora", "qlora")
+
+    @property
+    def kbit_prepared(self) -> bool:
+        """peft's ``prepare_model_for_kbit_training`` ran on the quantized base."""
+        return resolve_kbit_preparation(self.method, self.kbit_preparation) == "peft"
 
     @property
     def trainable_layer_count(self) -> int:
@@ -128,6 +137,7 @@ def validate(req: FinetuneRequest) -> None:
     _choice(req.gradient_checkpointing, GRADIENT_CHECKPOINTING, "gradient_checkpointing")
     _choice(req.attention, ATTENTION, "attention")
     _choice(req.loss_implementation, LOSS_IMPLEMENTATIONS, "loss_implementation")
+    resolve_kbit_preparation(req.method, req.kbit_preparation)
     positive(req.batch_size, "batch_size")
     positive(req.sequence_length, "sequence_length")
     gpus = positive(req.gpu_count, "gpu_count")

@@ -23,8 +23,22 @@ after; the root module's own parameters (embeddings, lm_head, final norm) are al
 the first forward and not resharded until after backward (``post_forward_mesh_info = None``
 for the root: "for training, the parameters would be all-gathered immediately for
 backward"). The reference tracer's per-rank peaks (bench/validate/data/fsdp_tracer.jsonl)
-hold exactly one gathered layer besides the root at the step's peak; on a GPU the next layer's
-all-gather can be issued before the current one is freed, which this does not count.
+hold exactly one gathered layer besides the root at the forward's end and the start of
+backward; on a GPU the next layer's all-gather can be issued before the current one is freed,
+which this does not count.
+
+Late in backward FSDP2 holds more at once (:func:`fsdp2_late_backward`), which is the step's
+peak when checkpointing has made the activations small and the sharded gradients are a large
+share (few ranks): in the backward of the second decoder layer (layer 1) the layers after it
+already hold their sharded gradients; layer 1's parameters are unsharded and its gradients
+are being written unsharded; ``_backward_prefetch`` has issued layer 0's all-gather (the
+output buffer held until layer 0's ``wait_for_unshard`` copies it out); the reduce-scatter
+input of layer 2's gradients is still held (``reduce_scatter_max_input_buffers`` 1: a
+post-backward frees the oldest buffer only when the next one is appended); and the root's
+gradients (lm_head, or the tied embedding, and the final norm) stay unsharded until the
+root's post-backward at the very end (``_root_post_backward_final_callback``: the root's
+forward inputs need no gradient). Layer 0's backward drops the prefetch buffer and adds one
+layer's gradient shard, which is less, so layer 1 is the late peak.
 
 CPU offload (ZeRO-Offload / ZeRO-Infinity to CPU): ``offload_optimizer`` moves the states and
 the master copy, and the fp32 gradient partition the CPU optimizer reads, to host memory; the
@@ -41,8 +55,10 @@ from service.estimator.units import cdiv
 
 __all__ = [
     "SHARDING_IMPLEMENTATIONS",
+    "LateBackward",
     "ShardedState",
     "Sharding",
+    "fsdp2_late_backward",
     "shard_state",
     "validate_sharding",
 ]
@@ -101,6 +117,39 @@ def validate_sharding(gpu_count: int, sharding: Sharding) -> None:
             "optimizer states together: use zero_stage 3, or deepspeed for stages 1 and 2",
             field="sharding_implementation",
         )
+
+
+@dataclass(frozen=True, slots=True)
+class LateBackward:
+    """FSDP2's per-GPU bytes in the backward of the second decoder layer, besides the
+    sharded weights, the optimizer states and the activations."""
+
+    gathered: int  # the root's parameters, layer 1's, and layer 0's all-gather buffer
+    gradients: int  # sharded gradients of the later layers, unsharded ones, the RS input
+
+
+def fsdp2_late_backward(
+    dp: int,
+    *,
+    root_param_bytes: int,
+    layer_param_bytes: int,
+    done_layer_grad_bytes: int,
+    current_layer_grad_bytes: int,
+    previous_layer_grad_bytes: int,
+    root_grad_bytes: int,
+) -> LateBackward:
+    """What ``fully_shard`` holds in the backward of layer 1 (module docstring): gathered
+    parameters (the root, layer 1, layer 0's prefetched all-gather output), gradients
+    (``done_layer_grad_bytes``, the unsharded gradients of layers 2 and later, sharded over
+    ``dp``; layer 1's being written; layer 2's reduce-scatter input; the root's unsharded
+    gradients that exist before the embedding's backward)."""
+    return LateBackward(
+        gathered=root_param_bytes + 2 * layer_param_bytes,
+        gradients=cdiv(done_layer_grad_bytes, dp)
+        + current_layer_grad_bytes
+        + previous_layer_grad_bytes
+        + root_grad_bytes,
+    )
 
 
 def shard_state(

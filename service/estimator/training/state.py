@@ -32,7 +32,7 @@ from service.estimator.training.loss import get_loss_path
 from service.estimator.training.optimizers import TensorGroup, get_optimizer, optimizer_footprint
 from service.estimator.training.precision import ADAPTER_DTYPE, Precision, get_precision
 from service.estimator.training.request import FinetuneRequest, sharding_of
-from service.estimator.training.sharding import shard_state
+from service.estimator.training.sharding import LateBackward, fsdp2_late_backward, shard_state
 from service.estimator.units import bytes_per_element
 
 __all__ = ["StageState", "StaticState", "static_state"]
@@ -60,6 +60,18 @@ class StageState:
     recompute_lin: float
     recompute_quad: float
     overhead_fixed: int
+    # FSDP2, late in backward (:func:`.sharding.fsdp2_late_backward`); None otherwise
+    late_backward: LateBackward | None = None
+    late_lin: float = 0.0
+    late_quad: float = 0.0
+
+    @property
+    def late_fixed(self) -> int:
+        """Bytes of the late-backward phase independent of the tokens."""
+        late = self.late_backward
+        if late is None:
+            return 0
+        return self.weights + self.states + late.gathered + late.gradients
 
 
 @dataclass(frozen=True)
@@ -90,6 +102,8 @@ class StaticState:
                     0.0,
                 )
             )
+            if g.late_backward is not None:
+                out.append((float(g.late_fixed), g.late_lin, g.late_quad))
         return tuple(out)
 
 
@@ -124,6 +138,8 @@ def _dtypes(req: FinetuneRequest, prec: Precision) -> _Dtypes:
     else:
         base_fmt = get_format("fp32" if master == 4 else "bf16")
     frozen = int(bytes_per_element("bf16" if base_fmt.quantized else base_fmt.name))
+    if req.kbit_prepared:
+        frozen = 4  # peft's prepare_model_for_kbit_training: every non-quantized tensor in fp32
     return _Dtypes(
         compute=c,
         trainable_weight=c if deepspeed_mixed else master,
@@ -265,9 +281,17 @@ def _weight_copies(
     share = len(where.range) / arch.num_layers
     copies = 0
     if (prec.autocast and not req.is_lora and not dt.deepspeed_mixed) or (
-        prec.autocast and req.is_lora and dt.frozen > dt.compute
+        prec.autocast and req.is_lora and dt.frozen > dt.compute and not dt.base_format.quantized
     ):
         copies = int(coef.weight_copies * share)
+    elif prec.autocast and dt.base_format.quantized and dt.frozen > dt.compute:
+        # a prepared base's fp32 lm_head and routers (not quantized): autocast's 16-bit copy
+        # of each, saved by its matmul for the input's gradient
+        for m in arch.linear_modules:
+            if m.component == "lm_head" and where.stage == where.pp - 1:
+                copies += m.weight_numel // tp * dt.compute
+            elif m.component == "router":
+                copies += m.weight_numel * m.per_layer * where.count(m.layers, "") * dt.compute
     fused = [m for m in lora_mods if not m.is_nn_linear and m.layers]
     if fused:
         # peft adapts a 3-D expert stack through a parametrization: each forward
@@ -326,6 +350,82 @@ def _gathered_numel(arch: Architecture, where: _Placement) -> tuple[int, int]:
     return max(per_layer.values(), default=0), root
 
 
+def _trainable_split(
+    req: FinetuneRequest, where: _Placement, lora_names: frozenset[str]
+) -> tuple[dict[int, int], int]:
+    """Trainable elements per decoder layer of the stage (per GPU under TP), and the root's
+    trainable elements whose gradient exists before the embedding's backward: lm_head (or
+    the tied embedding lm_head shares) and the final norm."""
+    arch = req.arch
+    tp = req.tensor_parallel_size
+    per_layer: dict[int, int] = dict.fromkeys(where.range, 0)
+    root = 0
+    for m in arch.linear_modules:
+        if m.tied:
+            continue
+        split = tp if m.component != "router" else 1
+        if not m.layers:
+            if req.method == "full" and where.count(m.layers, m.component):
+                root += m.params_per_instance * m.per_layer // split
+            continue
+        for i in m.layers:
+            if i not in per_layer:
+                continue
+            if where.training((i,)):
+                per_layer[i] += m.params_per_instance * m.per_layer // split
+            if m.name in lora_names:
+                r = module_rank(m, req.lora.rank)
+                per_layer[i] += (r * m.in_features + m.out_features // split * r) * m.per_layer
+    for g in arch.parameter_groups:
+        if g.is_buffer:
+            continue
+        if not g.layers:
+            embeds = g.component == "embeddings"
+            if (
+                req.method == "full"
+                and where.count(g.layers, g.component)
+                and (not embeds or arch.tie_word_embeddings)
+            ):
+                root += g.numel * g.per_layer // (tp if embeds else 1)
+            continue
+        for i in g.layers:
+            if i in per_layer and where.training((i,)):
+                per_layer[i] += g.numel * g.per_layer
+    return per_layer, root
+
+
+def _late_backward(
+    req: FinetuneRequest,
+    dt: _Dtypes,
+    where: _Placement,
+    lora_names: frozenset[str],
+    gathered_layer: int,
+    gathered_root: int,
+) -> LateBackward | None:
+    """FSDP2's late-backward holdings (:func:`.sharding.fsdp2_late_backward`) for a
+    single-stage job of two or more layers; None for any other layout."""
+    if (
+        req.zero_stage != 3
+        or req.sharding_implementation != "fsdp2"
+        or req.pipeline_parallel_size > 1
+        or len(where.range) < 2
+    ):
+        return None
+    per_layer, root = _trainable_split(req, where, lora_names)
+    grad = dt.adapter if req.is_lora else dt.gradient
+    second = where.range[1]
+    done = sum(n for i, n in per_layer.items() if i > second)
+    return fsdp2_late_backward(
+        sharding_of(req).dp,
+        root_param_bytes=gathered_root,
+        layer_param_bytes=gathered_layer,
+        done_layer_grad_bytes=done * grad,
+        current_layer_grad_bytes=per_layer[second] * grad,
+        previous_layer_grad_bytes=per_layer.get(second + 1, 0) * grad,
+        root_grad_bytes=root * grad,
+    )
+
+
 def _loss_fixed(req: FinetuneRequest, dt: _Dtypes) -> tuple[int, int]:
     """The loss path's lm_head gradient allocated before backward reaches lm_head (fused
     paths), as (forward end, start of backward) bytes on the last stage."""
@@ -349,7 +449,7 @@ def _activation_setup(
     residual = (
         (dt.compute if dt.deepspeed_mixed else dt.master)
         if base_trains
-        else (dt.frozen if not dt.base_format.quantized else dt.compute)
+        else (dt.frozen if not dt.base_format.quantized or req.kbit_prepared else dt.compute)
     )
     return ActivationSetup(
         arch=req.arch,
@@ -368,6 +468,7 @@ def _activation_setup(
             req.quantized_base_saves_inputs and dt.base_format.quantized and req.is_lora
         ),
         loss=req.loss_implementation,
+        kbit_fp32=req.kbit_prepared,
     )
 
 
@@ -414,6 +515,10 @@ def _stage_state(
         if req.zero_stage >= 2:
             tied_transient //= sharding.dp
     coef = activation_coefficients(_activation_setup(req, prec, dt, where, lora_names))
+    late = _late_backward(
+        req, dt, where, lora_names, decoder_layer // tp * gathered, root // tp * gathered
+    )
+    late_layers = where.range[:2]
     last = stage == pp - 1
     loss_fw, loss_bw = _loss_fixed(req, dt) if last else (0, 0)
     in_flight = pp - stage  # 1F1B: stage i holds pp - i micro-batches
@@ -443,6 +548,11 @@ def _stage_state(
         recompute_lin=coef.recompute_lin,
         recompute_quad=coef.recompute_quad,
         overhead_fixed=overhead_fixed,
+        # layers 0 and 1 still hold what they keep; layer 1 is recomputed (checkpointing)
+        # and its backward's working set is live
+        late_backward=late,
+        late_lin=sum(coef.layer_lin[i] for i in late_layers) + coef.recompute_lin,
+        late_quad=sum(coef.layer_quad[i] for i in late_layers) + coef.recompute_quad,
     )
     return state, sh.cpu_bytes * tp
 
@@ -492,6 +602,13 @@ def _assumptions(req: FinetuneRequest, prec: str, dt: _Dtypes, paged: bool) -> l
         out.append(
             "bitsandbytes before 0.43.2: each quantized matmul holds its input in its autograd "
             f"context, which checkpointing does not free either; every layer keeps {kept}"
+        )
+    if req.kbit_prepared:
+        out.append(
+            "QLoRA base prepared by peft's prepare_model_for_kbit_training (kbit_preparation "
+            "'peft', the standard Hugging Face recipe): embeddings, lm_head, norms and biases in "
+            "fp32, so the residual stream, the norm outputs and the quantized projections' "
+            "outputs are fp32"
         )
     if dt.deepspeed_mixed:
         out.append(

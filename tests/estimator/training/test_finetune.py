@@ -49,10 +49,55 @@ def test_full_mixed_adamw_states_are_16_bytes_per_parameter():
 def test_qlora_is_smaller_than_lora_and_lora_than_full():
     full = estimate_finetune(FinetuneRequest(ARCH, precision="bf16")).per_gpu_bytes
     lora = estimate_finetune(FinetuneRequest(ARCH, method="lora", precision="bf16"))
-    qlora = estimate_finetune(FinetuneRequest(ARCH, method="qlora", precision="bf16"))
+    qlora = estimate_finetune(
+        FinetuneRequest(ARCH, method="qlora", precision="bf16", kbit_preparation="none")
+    )
     assert qlora.per_gpu_bytes < lora.per_gpu_bytes < full
     # nf4 with double quantization: about 0.52 bytes per linear weight
     assert qlora.per_gpu["weights"] < 0.4 * lora.per_gpu["weights"]
+
+
+def test_kbit_preparation_holds_the_unquantized_tensors_in_fp32():
+    # peft's prepare_model_for_kbit_training casts embeddings, lm_head and norms to fp32:
+    # 2 more bytes for each of 2 · 128256 · 4096 + (2 · 32 + 1) · 4096 elements (Llama-3.1-8B).
+    kw = dict(method="qlora", precision="bf16")
+    prepared = estimate_finetune(FinetuneRequest(ARCH, **kw))
+    plain = estimate_finetune(FinetuneRequest(ARCH, kbit_preparation="none", **kw))
+    assert prepared.per_gpu["weights"] - plain.per_gpu["weights"] == 2 * (
+        2 * 128256 * 4096 + 65 * 4096
+    )
+    assert any("prepare_model_for_kbit_training" in a for a in prepared.assumptions)
+
+
+def test_kbit_preparation_fp32_residual_stream_under_checkpointing():
+    # Checkpointed layers keep their fp32 input: 2 more bytes per hidden unit, token and layer
+    # (the recomputed layer and the loss path change too, but not with the layer count).
+    def slope(prep: str, layers: int) -> float:
+        arch = read_config({**LLAMA_8B, "num_hidden_layers": layers})
+        base = FinetuneRequest(
+            arch,
+            method="qlora",
+            precision="bf16",
+            gradient_checkpointing="full",
+            kbit_preparation=prep,
+        )
+        a = estimate_finetune(base.__class__(**{**base.__dict__, "sequence_length": 8192}))
+        b = estimate_finetune(base.__class__(**{**base.__dict__, "sequence_length": 16384}))
+        x = a.details["allocated_peak_bytes"]
+        y = b.details["allocated_peak_bytes"]
+        assert isinstance(x, int) and isinstance(y, int)
+        return (y - x) / 8192
+
+    per_layer_prepared = slope("peft", 33) - slope("peft", 32)
+    per_layer_plain = slope("none", 33) - slope("none", 32)
+    assert per_layer_plain == pytest.approx(2 * 4096)
+    assert per_layer_prepared == pytest.approx(4 * 4096)
+
+
+def test_kbit_preparation_applies_to_qlora_only():
+    with pytest.raises(InvalidRequest) as exc:
+        estimate_finetune(FinetuneRequest(ARCH, method="lora", kbit_preparation="peft"))
+    assert exc.value.field == "kbit_preparation"
 
 
 @pytest.mark.parametrize(
@@ -148,7 +193,7 @@ def test_qlora_dequantized_weight_transient():
     # Llama-3.1-8B is a 14336 × 4096 MLP projection: 2 · 14336 · 4096 bytes on top of the
     # activations, absent from the same run with a bf16 base.
     kw = dict(precision="bf16", sequence_length=64, optimizer_foreach=False)
-    e = estimate_finetune(FinetuneRequest(ARCH, method="qlora", **kw))
+    e = estimate_finetune(FinetuneRequest(ARCH, method="qlora", kbit_preparation="none", **kw))
     assert e.details["peak_phase"] in ("forward", "backward")
     dense = estimate_finetune(FinetuneRequest(ARCH, method="lora", **kw))
     diff = e.per_gpu["activations"] - dense.per_gpu["activations"]
@@ -164,6 +209,7 @@ def test_old_bitsandbytes_inputs_only_for_quantized_bases():
             FinetuneRequest(ARCH, method="lora", quantized_base_saves_inputs=True, **kw)
         ).per_gpu
     )
+    kw["kbit_preparation"] = "none"
     q_new = estimate_finetune(FinetuneRequest(ARCH, method="qlora", **kw))
     q_old = estimate_finetune(
         FinetuneRequest(ARCH, method="qlora", quantized_base_saves_inputs=True, **kw)
@@ -181,7 +227,12 @@ def test_old_bitsandbytes_inputs_survive_checkpointing():
     # Llama-3.1-8B layer then keeps, besides its input, the attention-norm output read by
     # q/k/v (4096), the attention output read by o_proj (32 heads × 128), the MLP-norm output
     # read by gate/up (4096) and the product read by down_proj (14336), 2 bytes each per token.
-    kw = dict(precision="bf16", sequence_length=1024, gradient_checkpointing="full")
+    kw = dict(
+        precision="bf16",
+        sequence_length=1024,
+        gradient_checkpointing="full",
+        kbit_preparation="none",
+    )
     q_new = estimate_finetune(FinetuneRequest(ARCH, method="qlora", **kw))
     q_old = estimate_finetune(
         FinetuneRequest(ARCH, method="qlora", quantized_base_saves_inputs=True, **kw)
@@ -192,6 +243,22 @@ def test_old_bitsandbytes_inputs_survive_checkpointing():
     ] == pytest.approx(expected, rel=1e-6)
     assert any("0.43.2" in a for a in q_old.assumptions)
     assert not any("0.43.2" in a for a in q_new.assumptions)
+
+
+def test_old_bitsandbytes_inputs_on_a_prepared_base_are_one_copy_per_linear():
+    # After peft's preparation the norm outputs are fp32, and each 4-bit linear's
+    # ``x.to(bfloat16)`` makes its own copy, which old bitsandbytes keeps: q, k, v and gate,
+    # up each keep one (5 · 4096), o_proj the attention output (32 · 128), down_proj the
+    # product (14336), 2 bytes each per token and layer under full checkpointing.
+    kw = dict(precision="bf16", sequence_length=1024, gradient_checkpointing="full")
+    q_new = estimate_finetune(FinetuneRequest(ARCH, method="qlora", **kw))
+    q_old = estimate_finetune(
+        FinetuneRequest(ARCH, method="qlora", quantized_base_saves_inputs=True, **kw)
+    )
+    expected = 32 * 1024 * 2 * (5 * 4096 + 32 * 128 + 14336)
+    assert q_old.details["allocated_peak_bytes"] - q_new.details[
+        "allocated_peak_bytes"
+    ] == pytest.approx(expected, rel=1e-6)
 
 
 def test_freeze_defaults_to_the_last_two_layers():

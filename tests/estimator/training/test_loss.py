@@ -122,7 +122,8 @@ def test_unknown_loss_implementation_is_refused_naming_the_field():
     assert exc.value.field == "loss_implementation"
 
 
-def _qlora(loss: str, seq: int) -> FinetuneRequest:
+def _qlora(loss: str, seq: int, kbit: str = "none") -> FinetuneRequest:
+    # an unprepared base (16-bit lm_head) unless told: the paths differ in the logits' dtype
     return FinetuneRequest(
         architecture=catalog_architecture(LLAMA_8B),
         method="qlora",
@@ -131,6 +132,7 @@ def _qlora(loss: str, seq: int) -> FinetuneRequest:
         sequence_length=seq,
         gradient_checkpointing="full",
         loss_implementation=loss,
+        kbit_preparation=kbit,
     )
 
 
@@ -142,6 +144,17 @@ def test_legacy_costs_two_vocab_rows_per_token_more_than_today():
     b = estimate_finetune(_qlora("transformers-legacy", seq)).details["allocated_peak_bytes"]
     assert isinstance(a, int) and isinstance(b, int)
     assert b - a == pytest.approx(2 * 128256 * seq, abs=8)
+
+
+def test_prepared_base_returns_fp32_logits_so_legacy_adds_only_the_shifted_copy():
+    # peft's preparation leaves lm_head in fp32: outside autocast the logits are fp32 on
+    # both paths (kept 4V + the fp32 log-softmax 4V), and today's ``.float()`` in the loss is
+    # a no-op. Legacy adds its contiguous shifted copy (4V) at the forward's end only, so the
+    # backward's start (8V more) is the same peak on both paths.
+    seq = 16384
+    a = estimate_finetune(_qlora("transformers", seq, "peft")).details["allocated_peak_bytes"]
+    b = estimate_finetune(_qlora("transformers-legacy", seq, "peft"))
+    assert b.details["allocated_peak_bytes"] == a
 
 
 def test_every_path_is_named_in_the_assumptions():

@@ -51,3 +51,42 @@ def test_fsdp2_holds_more_than_deepspeed_per_module_gathers():
     a = estimate_finetune(_req()).details["allocated_peak_bytes"]
     b = estimate_finetune(_req(sharding_implementation="deepspeed")).details["allocated_peak_bytes"]
     assert isinstance(a, int) and isinstance(b, int) and a > b
+
+
+def test_fsdp2_late_backward_holdings_from_fully_shard():
+    # Llama-3.2-1B (16 layers, tied embedding), bf16, 4 ranks. In layer 1's backward
+    # fully_shard holds gathered: the root (tied embedding + final norm), layer 1 and layer
+    # 0's prefetched all-gather output; gradients: the 14 later layers' shards, layer 1's
+    # unsharded gradients, layer 2's reduce-scatter input, and the root's unsharded gradient
+    # (the tied weight lm_head writes into, and the final norm's).
+    h, kv, inter, vocab, n, world = 2048, 512, 8192, 128256, 16, 4
+    root = vocab * h + h
+    layer = 2 * h * h + 2 * kv * h + 3 * h * inter + 2 * h
+    late = prepare(_req(gradient_checkpointing="full")).stages[0].late_backward
+    assert late is not None
+    assert late.gathered == 2 * (root + 2 * layer)
+    assert late.gradients == -(-(n - 2) * layer * 2 // world) + 2 * (2 * layer) + 2 * root
+
+
+def test_fsdp2_late_backward_untied_root_gradient_is_lm_head_and_norm():
+    # Qwen2.5-7B (28 layers, untied, q/k/v biases), bf16, 2 ranks: the embedding's gradient
+    # appears only after layer 0's backward, so the root's unsharded gradient is lm_head's
+    # (152064 × 3584) and the final norm's.
+    h, kv, inter, vocab, n, world = 3584, 512, 18944, 152064, 28, 2
+    layer = 2 * h * h + h + 2 * (kv * h + kv) + 3 * h * inter + 2 * h
+    root = 2 * vocab * h + h  # embedding, lm_head, final norm: all gathered
+    req = _req(
+        architecture=catalog_architecture("Qwen/Qwen2.5-7B-Instruct"),
+        gradient_checkpointing="full",
+        gpu_count=world,
+    )
+    late = prepare(req).stages[0].late_backward
+    assert late is not None
+    assert late.gathered == 2 * (root + 2 * layer)
+    assert late.gradients == -(-(n - 2) * layer * 2 // world) + 2 * (2 * layer) + 2 * (
+        vocab * h + h
+    )
+
+
+def test_fsdp2_late_backward_only_for_fully_shard():
+    assert prepare(_req(sharding_implementation="deepspeed")).stages[0].late_backward is None
