@@ -74,11 +74,27 @@ def _fits_at(req: InferenceRequest, tp: int, pp: int, mem: int) -> bool:
 
 
 def _fewest_stages(req: InferenceRequest, tp: int, lo: int, hi: int, mem: int) -> int | None:
-    """The fewest pipeline stages in [lo, hi] at which ``tp`` fits: one check at ``hi`` (if
-    even that fails, fewer stages, each holding more layers, fail too), then a bisection."""
-    if lo > hi or not _fits_at(req, tp, hi, mem):
+    """The fewest pipeline stages in [lo, hi] at which ``tp`` fits.
+
+    Checked at ``lo`` first (most requests fit there, and nothing is fewer), then at
+    doubling stage counts up to ``hi``, then a bisection between the last count that failed
+    and the first that fitted. More stages take layers off each GPU, but an engine may also
+    reserve more per GPU as the group grows (SGLang's reserve grows with TP × PP), so fitting
+    is not monotone over the whole range: a check at ``hi`` alone could miss a smaller count
+    that fits. At most ``2 · log2(hi)`` checks."""
+    if lo > hi:
         return None
-    bad, good = lo - 1, hi
+    if _fits_at(req, tp, lo, mem):
+        return lo
+    bad, good = lo, None
+    while good is None and bad < hi:
+        step = min(hi, bad * 2)
+        if _fits_at(req, tp, step, mem):
+            good = step
+        else:
+            bad = step
+    if good is None:
+        return None
     while good - bad > 1:
         mid = (bad + good) // 2
         if _fits_at(req, tp, mid, mem):
@@ -102,14 +118,15 @@ def search_min_gpu_count(req: InferenceRequest) -> tuple[int | None, Layout | No
     """The fewest GPUs (a runnable TP × PP split) on which the request fits, its layout, and a
     note when none was found.
 
-    Searched per tensor-parallel size, largest first (at equal counts the engine prefers
-    TP): within one TP size, more pipeline stages only take layers off each GPU, so the fewest
-    stages that fit are found by a bisection over PP (checked at the points it visits). Across
-    TP sizes nothing is assumed: a larger TP adds communicators a small GPU may not hold, so
-    each size is searched, skipping stage counts that cannot beat the best count found or
-    cannot hold the weights (every weight sits on one GPU, so the most loaded of n GPUs holds
-    at least 1/n of the single-GPU weights). At most ``log2(layers) + 2`` setups per TP size.
-    A MIG slice cannot span GPUs: one stage only.
+    Searched per tensor-parallel size, smallest first: within one TP size the fewest stages
+    that fit are found by :func:`_fewest_stages` (doubling, then a bisection over PP, checked
+    at the points it visits). Across TP sizes nothing is assumed: a
+    larger TP adds communicators a small GPU may not hold, so each size is searched, skipping
+    stage counts that cannot hold the weights (every weight sits on one GPU, so the most loaded
+    of n GPUs holds at least 1/n of the single-GPU weights) or would need more GPUs than the
+    best count found; a larger TP at an equal count replaces it (the engine prefers TP). A
+    request that fits on one GPU costs one setup. At most ``2 · log2(layers) + 1`` setups per
+    TP size. A MIG slice cannot span GPUs: one stage only.
     """
     mem = req.gpu_memory_bytes
     assert mem is not None
@@ -117,11 +134,11 @@ def search_min_gpu_count(req: InferenceRequest) -> tuple[int | None, Layout | No
     floor_count = -(-whole // mem)
     max_pp = 1 if req.gpu is not None and req.gpu.is_mig else req.arch.num_layers
     best: tuple[int, Layout] | None = None
-    for tp in reversed(runnable_tensor_parallel_sizes(req)):
+    for tp in sorted(runnable_tensor_parallel_sizes(req)):
         lo = max(1, -(-floor_count // tp))
         hi = min(max_pp, MAX_MODEL_GPUS // tp)
         if best is not None:
-            hi = min(hi, (best[0] - 1) // tp)  # an equal count keeps the larger TP found first
+            hi = min(hi, best[0] // tp)  # an equal count at this larger TP replaces the best
         pp = _fewest_stages(req, tp, lo, hi, mem)
         if pp is not None:
             best = (tp * pp, Layout(tp, pp))

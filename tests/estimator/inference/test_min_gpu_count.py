@@ -24,19 +24,23 @@ CASES = [
     ("deepseek-ai/DeepSeek-V2-Lite", "a100-sxm4-40gb/1g.5gb", "vllm", 4096, 1),
     ("meta-llama/Meta-Llama-3-70B", "h100-sxm-80gb", "vllm", 8192, 1),
     ("Qwen/Qwen3-30B-A3B", "l4", "transformers", 2048, 64),
+    # SGLang reserves more per GPU as TP × PP grows: TP 2 fits at PP 3 but not at PP 64, so
+    # a search that only checks the most stages misses it (and answers TP 1 × PP 6).
+    ("alpindale/c4ai-command-r-plus-GPTQ", "l4", "sglang", 4096, 2),
 ]
 
 
-def _every_count_in_order(req: InferenceRequest) -> int | None:
+def _every_count_in_order(req: InferenceRequest) -> tuple[int, int, int] | None:
     """The definition: the first GPU count, from 1 up, with a runnable split (TP the engine
-    can run within one node, PP at most the layers) whose verdict is that it fits. The service
-    skips counts below the weights floor and builds setups lazily; it must agree."""
+    can run within one node, PP at most the layers) whose verdict is that it fits, the larger
+    TP first at that count. The service skips counts below the weights floor and searches
+    stage counts; it must agree on the count and the split."""
     assert req.gpu_memory_bytes is not None
     req = resolved(req)
     for n in range(1, 1025):
         for t, p in runnable_splits(req, n):
             if judge(req, setup_for(req, t, p), req.gpu_memory_bytes).fits:
-                return n
+                return n, t, p
     return None
 
 
@@ -58,7 +62,9 @@ def test_lazy_scan_equals_trying_every_count(
         gpu_memory_bytes=memory,
     )
     fit = fit_inference(req, gpu, None)
-    assert fit.min_gpu_count == _every_count_in_order(req)
+    layout = fit.min_gpu_layout
+    found = None if layout is None else (fit.min_gpu_count, layout.tensor, layout.pipeline)
+    assert found == _every_count_in_order(req)
 
 
 def test_no_fit_is_null_and_says_how_far_it_looked() -> None:
