@@ -38,3 +38,24 @@ def catalog_architecture(model_id: str) -> Architecture:
 @pytest.fixture(scope="session")
 def llama_8b() -> Architecture:
     return catalog_architecture(LLAMA_8B)
+
+
+def full_bf16_activation_setup(arch: Architecture, **overrides: Any) -> Any:
+    """The activation setup of full fine-tuning in pure bf16 (no autocast, every weight
+    trains, SDPA, no checkpointing), with ``overrides`` applied."""
+    from service.estimator.training.activations import ActivationSetup
+
+    fields: dict[str, Any] = dict(
+        arch=arch,
+        compute_bytes=2,
+        residual_bytes=2,
+        autocast=False,
+        base_trainable=True,
+        trainable_from=0,
+        lora_names=frozenset(),
+        lora_rank=16,
+        attention="sdpa",
+        checkpointing="none",
+    )
+    fields.update(overrides)
+    return ActivationSetup(**fields)

@@ -15,8 +15,13 @@ from service.estimator.inference import InferenceRequest, estimate_inference, st
 from service.estimator.inference.request import setup_for
 from service.estimator.model import read_config
 from service.estimator.training import FinetuneRequest, estimate_finetune
-from service.estimator.training.activations import ActivationSetup, activation_coefficients
-from tests.estimator.conftest import LLAMA_8B, catalog_architecture, catalog_config
+from service.estimator.training.activations import activation_coefficients
+from tests.estimator.conftest import (
+    LLAMA_8B,
+    catalog_architecture,
+    catalog_config,
+    full_bf16_activation_setup,
+)
 
 MIB = 2**20
 GIB = 2**30
@@ -76,18 +81,7 @@ def test_training_layernorm_keeps_its_input_and_row_statistics() -> None:
     # fp32 mean and rstd per row (2 B per element + 8 B). Two such norms per Llama layer.
     def layer_lin(norm: str) -> float:
         arch = dataclasses.replace(LLAMA, norm=norm)
-        setup = ActivationSetup(
-            arch=arch,
-            compute_bytes=2,
-            residual_bytes=2,
-            autocast=False,
-            base_trainable=True,
-            trainable_from=0,
-            lora_names=frozenset(),
-            lora_rank=16,
-            attention="flash",
-            checkpointing="none",
-        )
+        setup = full_bf16_activation_setup(arch, attention="flash")
         return activation_coefficients(setup).layer_lin[5]
 
     assert layer_lin("rmsnorm") - layer_lin("layernorm") == 2 * ((4 + 2) * H - (2 * H + 8))
@@ -96,18 +90,7 @@ def test_training_layernorm_keeps_its_input_and_row_statistics() -> None:
 def test_backward_work_of_a_layer() -> None:
     # Without checkpointing, a layer's backward working set is the gradients of the gated
     # MLP's three FF-wide intermediates and four hidden-width rows, in bf16.
-    setup = ActivationSetup(
-        arch=LLAMA,
-        compute_bytes=2,
-        residual_bytes=2,
-        autocast=False,
-        base_trainable=True,
-        trainable_from=0,
-        lora_names=frozenset(),
-        lora_rank=16,
-        attention="flash",
-        checkpointing="none",
-    )
+    setup = full_bf16_activation_setup(LLAMA, attention="flash")
     assert activation_coefficients(setup).recompute_lin == 3 * FF * 2 + 4 * H * 2
 
 

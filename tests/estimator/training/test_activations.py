@@ -2,26 +2,13 @@
 hand-written counts of the tensors HF Llama keeps for backward."""
 
 from service.estimator.model import read_config
-from service.estimator.training.activations import ActivationSetup, activation_coefficients
-from tests.estimator.conftest import LLAMA_1B, catalog_architecture
+from service.estimator.training.activations import activation_coefficients
+from tests.estimator.conftest import LLAMA_1B, catalog_architecture, full_bf16_activation_setup
 
 
 def _setup(**kw):
-    arch = catalog_architecture(LLAMA_1B)
-    base = dict(
-        arch=arch,
-        compute_bytes=2,
-        residual_bytes=2,
-        autocast=False,
-        base_trainable=True,
-        trainable_from=0,
-        lora_names=frozenset(),
-        lora_rank=16,
-        attention="sdpa",
-        checkpointing="none",
-    )
-    base.update(kw)
-    return ActivationSetup(**base)
+    arch = kw.pop("arch", None) or catalog_architecture(LLAMA_1B)
+    return full_bf16_activation_setup(arch, **kw)
 
 
 def test_full_bf16_layer_matches_hand_count():

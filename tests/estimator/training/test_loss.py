@@ -12,35 +12,26 @@ from hypothesis import strategies as st
 
 from service.estimator.errors import InvalidRequest
 from service.estimator.training import FinetuneRequest, LoraSpec, estimate_finetune
-from service.estimator.training.activations import ActivationSetup, activation_coefficients
+from service.estimator.training.activations import activation_coefficients
 from service.estimator.training.loss import (
     LOSS_IMPLEMENTATIONS,
     LossShape,
     get_loss_path,
     liger_chunk_size,
 )
-from tests.estimator.conftest import LLAMA_1B, LLAMA_8B, catalog_architecture
+from tests.estimator.conftest import (
+    LLAMA_1B,
+    LLAMA_8B,
+    catalog_architecture,
+    full_bf16_activation_setup,
+)
 
 V, H = 128256, 2048  # Llama-3.2-1B's vocabulary and hidden width
 BF16 = LossShape(vocab=V, hidden=H, compute_bytes=2, head_trains=True)
 
 
 def _setup(loss: str, **kw):
-    base = dict(
-        arch=catalog_architecture(LLAMA_1B),
-        compute_bytes=2,
-        residual_bytes=2,
-        autocast=False,
-        base_trainable=True,
-        trainable_from=0,
-        lora_names=frozenset(),
-        lora_rank=16,
-        attention="sdpa",
-        checkpointing="none",
-        loss=loss,
-    )
-    base.update(kw)
-    return ActivationSetup(**base)
+    return full_bf16_activation_setup(catalog_architecture(LLAMA_1B), loss=loss, **kw)
 
 
 def test_transformers_keeps_bf16_logits_and_fp32_log_softmax():
