@@ -122,9 +122,17 @@ MXFP4_BACKEND = {"v_33155": "triton"}
 
 #: Rows whose log prints "Using FlashInfer for top-p & top-k sampling." (V1 picks FlashInfer's
 #: sampler whenever the package is installed in 0.8-0.10). The campaign's A100 40GB run prints
-#: "FlashInfer is not available" instead and keeps the default.
+#: "FlashInfer is not available" instead and keeps the default. v_17469's workers print it too
+#: (topk_topp_sampler.py:59, vLLM 0.8.5).
 FLASHINFER_SAMPLER = frozenset(
-    {"v_dl_7b_1g_025", "v_dl_7b_1g_05", "v_dl_7b_2g_025", "v_dl_7b_2g_05", "v_dl_120b_4g_08"}
+    {
+        "v_dl_7b_1g_025",
+        "v_dl_7b_1g_05",
+        "v_dl_7b_2g_025",
+        "v_dl_7b_2g_05",
+        "v_dl_120b_4g_08",
+        "v_17469",
+    }
 )
 
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
