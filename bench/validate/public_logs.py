@@ -135,6 +135,14 @@ FLASHINFER_SAMPLER = frozenset(
     }
 )
 
+#: Rows whose printed memory figures are those of a V0 worker that is not the driver: V0 samples
+#: on the driver only (``model_runner.py: execute_model`` returns before ``self.model.sample``
+#: on the others) and every worker gets the smallest worker's block count
+#: (``executor/distributed_gpu_executor.py: determine_num_available_blocks`` takes the
+#: ``min``), so a non-driver's activation peak and KV memory are not what the estimate (the
+#: driver's) gives; the token count is.
+NON_DRIVER_FIGURES = frozenset({"v_13061"})
+
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
 
@@ -324,14 +332,16 @@ def _compare(
         return len(cases) + len(verdicts) > before
     if gpu is None or rid in PARTIAL_ONLY:
         return len(cases) + len(verdicts) > before
-    peak = row["torch_peak_printed"]
+    peak = "" if rid in NON_DRIVER_FIGURES else row["torch_peak_printed"]
     if "includes weights" in peak and weights is not None and number(peak) is not None:
         add("activations", first.activations / GIB, (number(peak) or 0) - weights)
     elif "(activation)" in peak:
         add("activations", first.activations / GIB, number(peak))
-    add("non_torch", first.non_kv_overhead / GIB, number(row["non_torch_printed"]))
+    driver = rid not in NON_DRIVER_FIGURES
+    if driver:
+        add("non_torch", first.non_kv_overhead / GIB, number(row["non_torch_printed"]))
     cap = est.capacity
-    pool = number(row["available_kv_printed"])
+    pool = number(row["available_kv_printed"]) if driver else None
     if cap is not None:
         if pool is not None and pool > 0:
             add("kv_pool", cap.kv_cache_pool_bytes / GIB, pool)
