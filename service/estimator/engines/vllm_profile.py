@@ -237,7 +237,7 @@ def profile_peak(
         limit = DEFAULT_MM_LIMIT if mm_limit is None else mm_limit
         tok = v.tokens_per_image
         budget = max(t, tok)
-        if line.name == "0.8.5":
+        if line.name in ("0.8.5", "0.9.1"):
             per_prompt = max(1, min(limit, -(-max_model_len // tok)))
             items = max(1, min(-(-budget // tok), max_num_seqs * per_prompt))
         else:

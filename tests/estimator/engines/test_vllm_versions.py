@@ -33,7 +33,8 @@ A100 = GpuSpec("a100", "NVIDIA A100 SXM4 80GB", round(79.15 * GIB), (8, 0), vend
         ("0.19.0", "0.19", False),
         ("0.10.1.1", "0.10.1", False),  # a post release of a modelled one
         ("v0.8.5", "0.8.5", False),
-        ("0.9.1", "0.8.5", True),
+        ("0.9.1", "0.9.1", False),
+        ("0.9.0", "0.8.5", True),
         ("0.15.2rc1.dev93+g11a4c9d30", "0.11.2", True),
         ("0.2.5", "0.6.4", True),  # before every line: the oldest, said so
         ("1.2.0", NEWEST.name, True),
@@ -105,6 +106,7 @@ def test_a100_takes_the_small_tier_from_0_10() -> None:
         return s["max_num_batched_tokens"], s["max_num_seqs"]
 
     assert tier("0.8.5") == (8192, 1024)  # no A100 exclusion yet
+    assert tier("0.9.1") == (2048, 256)  # PR 17885's exclusion, in v0.9.1's arg_utils.py
     assert tier("0.10.1") == (2048, 256)
 
 
