@@ -58,6 +58,10 @@ GPU_REF = {
     # The page does not print the A100's size; the run's weights and pool together (50.3 GiB)
     # exceed a 40 GB card, so it is the 80 GB one.
     "A100 (page title; size not in excerpt)": "a100-sxm4-80gb",
+    # The notebook prints the torch total to one decimal, 79.1 GiB: of the catalog's measured
+    # runtime totals only the A100 80GB's (79.14 GiB, SXM4 and PCIe alike) rounds to it
+    # (H100 79.19 prints 79.2).
+    "(not named; torch total 79.1 GiB)": "a100-sxm4-80gb",
 }
 
 #: Printed model names -> catalog ids, where the row's name is not the catalog id itself.
@@ -122,10 +126,26 @@ MXFP4_BACKEND = {"v_33155": "triton"}
 
 #: Rows whose log prints "Using FlashInfer for top-p & top-k sampling." (V1 picks FlashInfer's
 #: sampler whenever the package is installed in 0.8-0.10). The campaign's A100 40GB run prints
-#: "FlashInfer is not available" instead and keeps the default.
+#: "FlashInfer is not available" instead and keeps the default. v_17469's workers print it too
+#: (topk_topp_sampler.py:59, vLLM 0.8.5).
 FLASHINFER_SAMPLER = frozenset(
-    {"v_dl_7b_1g_025", "v_dl_7b_1g_05", "v_dl_7b_2g_025", "v_dl_7b_2g_05", "v_dl_120b_4g_08"}
+    {
+        "v_dl_7b_1g_025",
+        "v_dl_7b_1g_05",
+        "v_dl_7b_2g_025",
+        "v_dl_7b_2g_05",
+        "v_dl_120b_4g_08",
+        "v_17469",
+    }
 )
+
+#: Rows whose printed memory figures are those of a V0 worker that is not the driver: V0 samples
+#: on the driver only (``model_runner.py: execute_model`` returns before ``self.model.sample``
+#: on the others) and every worker gets the smallest worker's block count
+#: (``executor/distributed_gpu_executor.py: determine_num_available_blocks`` takes the
+#: ``min``), so a non-driver's activation peak and KV memory are not what the estimate (the
+#: driver's) gives; the token count is.
+NON_DRIVER_FIGURES = frozenset({"v_13061"})
 
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
@@ -316,14 +336,16 @@ def _compare(
         return len(cases) + len(verdicts) > before
     if gpu is None or rid in PARTIAL_ONLY:
         return len(cases) + len(verdicts) > before
-    peak = row["torch_peak_printed"]
+    peak = "" if rid in NON_DRIVER_FIGURES else row["torch_peak_printed"]
     if "includes weights" in peak and weights is not None and number(peak) is not None:
         add("activations", first.activations / GIB, (number(peak) or 0) - weights)
     elif "(activation)" in peak:
         add("activations", first.activations / GIB, number(peak))
-    add("non_torch", first.non_kv_overhead / GIB, number(row["non_torch_printed"]))
+    driver = rid not in NON_DRIVER_FIGURES
+    if driver:
+        add("non_torch", first.non_kv_overhead / GIB, number(row["non_torch_printed"]))
     cap = est.capacity
-    pool = number(row["available_kv_printed"])
+    pool = number(row["available_kv_printed"]) if driver else None
     if cap is not None:
         if pool is not None and pool > 0:
             add("kv_pool", cap.kv_cache_pool_bytes / GIB, pool)

@@ -60,8 +60,13 @@ _ENTRIES: tuple[Calibrated, ...] = (
         256 * MIB,
         "bytes per GPU",
         "cuBLAS/cuBLASLt workspaces and the kernel modules loaded lazily during the first "
-        "forward pass: what vLLM's profiler reports as its non-torch increase on one GPU.",
-        "The median of vLLM v0.19's non-torch figure over the single-GPU rows.",
+        "forward pass: what vLLM's profiler reports as its non-torch increase on one GPU. "
+        "Under PyTorch the cuBLAS workspace is not part of it: PyTorch takes that from its "
+        "caching allocator (aten/src/ATen/cuda/CublasHandlePool.cpp: getNewWorkspace; 32 MiB on "
+        "compute capability 9.0, 8.125 MiB elsewhere), inside the profiled torch peak.",
+        "The median of vLLM v0.19's non-torch figure over the single-GPU rows (H100). The same "
+        "campaign's pipeline-parallel rows print 0.07 GiB, so it is not a per-process constant; "
+        "what makes it up was not found in vLLM's or PyTorch's code.",
         fitted_on=_rows(
             _VLLM_H100,
             "codellama-7b",

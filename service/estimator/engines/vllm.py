@@ -169,9 +169,9 @@ def rope_table_bytes(arch: Architecture, dtype_bytes: float) -> int:
 
 def engine_line(version: str, gpu: GpuSpec | None, dtype: str = "auto") -> VllmLine:
     """The line whose accounting runs: 0.8.x falls back to its V0 engine on GPUs below compute
-    capability 8.0 and for float32 (``EngineArgs._is_v1_supported_oracle``, v0.8.5)."""
+    capability 8.0 and for float32 (``EngineArgs._is_v1_supported_oracle``, v0.8.5, v0.9.1)."""
     line, _ = line_for(version)
-    if line.name == "0.8.5":
+    if line.name in ("0.8.5", "0.9.1"):
         cc = gpu.compute_capability if gpu is not None else None
         if (cc is not None and cc < (8, 0)) or DTYPES.get(dtype) == "fp32":
             return _V0_FALLBACK
@@ -194,12 +194,13 @@ def _batch_defaults(
     elif line.batch == "v1-0.34" and mem >= HUGE_GPU_BYTES:
         tokens, seqs = 16384, 1024
     elif mem >= LARGE_GPU_BYTES and (line.batch == "v1-0.8" or "a100" not in name):
+        # "a100": the exclusion of PR 17885 (EngineArgs._set_default_args_v1, v0.9.1).
         tokens, seqs = 8192, 1024
     else:
         tokens, seqs = 2048, 256
     if seqs_given is not None:
         seqs = int(seqs_given)
-    if line.batch != "v1-0.8":
+    if line.batch not in ("v1-0.8", "v1-0.9"):
         seqs = min(seqs, tokens)
     if line.key >= (0, 11, 2):
         tokens = min(seqs * max_model_len, tokens)

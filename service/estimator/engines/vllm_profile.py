@@ -58,6 +58,20 @@ DEFAULT_MULTIPROCESSORS = 132
 DEFAULT_MM_LIMIT = 999
 # Formats whose linears quantize activations on the fly (W8A8 int8, fp8 on native-fp8 GPUs).
 _ACT_QUANT_KINDS = ("int8-channel", "fp8-tensor", "fp8-channel", "fp8-block")
+# Architectures vLLM runs through ``models/llama.py`` (``registry.py``), whose ``LlamaMLP.forward``
+# rebinds one name: ``x, _ = self.gate_up_proj(x); x = self.act_fn(x); x, _ =
+# self.down_proj(x)`` (v0.6.4, v0.8.5). Other model files (``qwen2.py``: ``gate_up, _ = ...``)
+# keep the gate/up output alive through down_proj.
+_V0_REBINDING_MLP = frozenset(
+    {
+        "LlamaForCausalLM",
+        "LLaMAForCausalLM",
+        "MistralForCausalLM",
+        "AquilaForCausalLM",
+        "AquilaModel",
+        "InternLMForCausalLM",
+    }
+)
 _FP8_NATIVE = (8, 9)
 
 # The sampler's bytes per logit beyond the model-dtype logits at its widest moment. For the
@@ -74,6 +88,11 @@ _SAMPLER_BYTES |= {"triton": 12.0, "v2": 4.0}
 # "top_k_first", as vLLM's ``flashinfer_sample`` calls it): the fp32 copy the V1 sampler makes
 # (4), the top-k-masked logits (4) and their softmax (4); the rejection sampling sorts nothing.
 _SAMPLER_BYTES["flashinfer"] = 12.0
+# vLLM 0.8.5 (``v1/sample/ops/topk_topp_sampler.py``: ``forward_cuda``, taken with FlashInfer
+# below 0.2.3 only) samples from probabilities: the fp32 copy (4) and its softmax (4), then
+# ``top_k_top_p_sampling_from_probs`` with a [32, R] uniform-sample tensor and no [R, V] buffer.
+_FLASHINFER_FROM_PROBS = 8.0
+_FLASHINFER_FROM_PROBS_LINES = ("0.8.5",)
 
 #: ``sampler`` engine option values: ``auto`` runs the line's own sampler.
 SAMPLER_CHOICES = ("auto", "flashinfer")
@@ -131,6 +150,10 @@ def _layer_moment(
         h = arch.hidden_size
         if quant and arch.gated_mlp:
             per = max(3 * i * d, 2 * i * d + h, i * d + i + 4 + h * d)
+        elif not line.v1 and arch.gated_mlp and _V0_REBINDING_MLP & set(arch.architectures):
+            # Eager V0: the gate/up output dies when act_fn's result rebinds the name, so the
+            # stream is 3 rows at act_fn (plus 3I) and 4 rows at down_proj (plus I).
+            per = max(3 * i - h, i) * d
         else:
             per = dense * d
         widest = max(widest, per * t)
@@ -199,6 +222,8 @@ def profile_peak(
         forward = c.dtype_bytes * HIDDEN_TENSORS * arch.hidden_size * t + transient
         kind = "flashinfer" if flashinfer else line.sampler
         per_logit = c.dtype_bytes + _SAMPLER_BYTES[kind]
+        if flashinfer and line.name in _FLASHINFER_FROM_PROBS_LINES:
+            per_logit = c.dtype_bytes + _FLASHINFER_FROM_PROBS
         buffer = 0.0
         if kind in ("triton", "v2"):
             buffer = sampler_buffer_rows(rows) * c.vocab * 4
@@ -212,7 +237,7 @@ def profile_peak(
         limit = DEFAULT_MM_LIMIT if mm_limit is None else mm_limit
         tok = v.tokens_per_image
         budget = max(t, tok)
-        if line.name == "0.8.5":
+        if line.name in ("0.8.5", "0.9.1"):
             per_prompt = max(1, min(limit, -(-max_model_len // tok)))
             items = max(1, min(-(-budget // tok), max_num_seqs * per_prompt))
         else:

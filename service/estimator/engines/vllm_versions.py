@@ -31,7 +31,9 @@ What differs between lines, field by field:
 - defaults: ``gpu_memory_utilization`` (0.9; 0.92 from 0.22, ``config/cache.py``; 1.0 with
   0.34's extensible cache), ``block_size`` (16; 64 in 0.34), the scheduler's batch defaults
   (``batch``: ``v0`` = 256 sequences and ``max(max_model_len, 2048)`` tokens unless chunked
-  prefill, which V0 turns on above 32768 tokens; ``v1`` tiers of ``EngineArgs``).
+  prefill, which V0 turns on above 32768 tokens; ``v1`` tiers of ``EngineArgs``: ``v1-0.8``
+  without the A100 exclusion of PR 17885, ``v1-0.9`` with it, both without clamping
+  ``max_num_seqs`` to ``max_num_batched_tokens``).
 - the profiling run: ``sampler`` (bytes per logit of the dummy sampler run and the cached
   Triton buffer), ``sampler_hidden`` (whether the forward's ``tokens × h`` output stays alive
   through the sampler run: 0.10.1 onwards), ``moe`` (the fused-MoE buffers,
@@ -55,7 +57,7 @@ from service.estimator.errors import InvalidRequest
 __all__ = ["LINES", "NEWEST", "VllmLine", "line_for", "parse_version"]
 
 Budget = Literal["device", "profiled", "comm_outside", "extensible"]
-Batch = Literal["v0", "v1-0.8", "v1", "v1-0.34"]
+Batch = Literal["v0", "v1-0.8", "v1-0.9", "v1", "v1-0.34"]
 Sampler = Literal["v0", "native", "fitted", "triton", "v2", "flashinfer"]
 Moe = Literal["separate", "shared", "shared+out", "workspace"]
 
@@ -140,7 +142,7 @@ LINES: tuple[VllmLine, ...] = (
     ),
     VllmLine(
         "0.8.5",
-        "0.8.0 – 0.9.x (V1 the default engine)",
+        "0.8.0 – 0.9.0 (V1 the default engine)",
         "vllm/v1/worker/gpu_worker.py, vllm/engine/arg_utils.py, vllm/v1/sample/ops/"
         "topk_topp_sampler.py (v0.8.5)",
         v1=True,
@@ -157,6 +159,26 @@ LINES: tuple[VllmLine, ...] = (
         notes=(
             "V1's first worker sized the pool from the device's used memory: the CUDA context "
             "and NCCL count inside the budget",
+        ),
+    ),
+    VllmLine(
+        "0.9.1",
+        "0.9.1 – 0.9.x",
+        "vllm/v1/worker/gpu_worker.py, vllm/engine/arg_utils.py, vllm/v1/worker/"
+        "gpu_model_runner.py, vllm/v1/sample/ops/topk_topp_sampler.py (v0.9.1)",
+        v1=True,
+        budget="profiled",
+        gpu_memory_utilization=0.9,
+        block_size=16,
+        batch="v1-0.9",
+        sampler="native",
+        sampler_hidden=False,
+        moe="shared",
+        longrope_original=False,
+        mxfp4_hopper="marlin",
+        notes=(
+            "V1 sizes the pool with memory profiling from a snapshot taken before the "
+            "communicators are built: the CUDA context lies outside the budget, NCCL inside",
         ),
     ),
     VllmLine(

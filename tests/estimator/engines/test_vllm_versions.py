@@ -33,7 +33,8 @@ A100 = GpuSpec("a100", "NVIDIA A100 SXM4 80GB", round(79.15 * GIB), (8, 0), vend
         ("0.19.0", "0.19", False),
         ("0.10.1.1", "0.10.1", False),  # a post release of a modelled one
         ("v0.8.5", "0.8.5", False),
-        ("0.9.1", "0.8.5", True),
+        ("0.9.1", "0.9.1", False),
+        ("0.9.0", "0.8.5", True),
         ("0.15.2rc1.dev93+g11a4c9d30", "0.11.2", True),
         ("0.2.5", "0.6.4", True),  # before every line: the oldest, said so
         ("1.2.0", NEWEST.name, True),
@@ -105,6 +106,7 @@ def test_a100_takes_the_small_tier_from_0_10() -> None:
         return s["max_num_batched_tokens"], s["max_num_seqs"]
 
     assert tier("0.8.5") == (8192, 1024)  # no A100 exclusion yet
+    assert tier("0.9.1") == (2048, 256)  # PR 17885's exclusion, in v0.9.1's arg_utils.py
     assert tier("0.10.1") == (2048, 256)
 
 
@@ -282,3 +284,49 @@ def test_0_22_samples_with_flashinfer_by_default_within_its_compute_capabilities
     assert moment("auto", A100) == moment("flashinfer", A100)
     assert moment("auto", v100) > moment("flashinfer", A100)
     assert moment("auto", v100) == moment("auto", dataclasses.replace(A100, vendor="amd"))
+
+
+def test_0_8_5_flashinfer_samples_from_probabilities() -> None:
+    # 0.8.5 on an A100 (no A100 exclusion yet): 8192 tokens, 1024 sampler rows, vocabulary
+    # 128256; the sampler moment dominates the forward. FlashInfer below 0.2.3
+    # (topk_topp_sampler.forward_cuda -> top_k_top_p_sampling_from_probs): bf16 logits 2 + fp32
+    # copy 4 + softmax probabilities 4 = 10 B per logit, against the sort path's 38 B.
+    logits = 1024 * 128256
+    native = _sampler_setup("0.8.5", "auto").stages[-1].fixed_activation
+    flashinfer = _sampler_setup("0.8.5", "flashinfer").stages[-1].fixed_activation
+    assert native - flashinfer == logits * (38 - 10)
+
+
+def test_0_9_1_flashinfer_samples_from_logits_on_256_rows_of_an_a100() -> None:
+    # 0.9.1: the A100 takes 2048 tokens and 256 sequences; FlashInfer 0.2.3+ is called through
+    # top_k_top_p_sampling_from_logits, as in 0.10.1: 14 B per logit against 38.
+    logits = 256 * 128256
+    native = _sampler_setup("0.9.1", "auto").stages[-1].fixed_activation
+    flashinfer = _sampler_setup("0.9.1", "flashinfer").stages[-1].fixed_activation
+    assert native - flashinfer == logits * (38 - 14)
+
+
+def _v0_forward(model: str, max_model_len: int) -> int:
+    req = InferenceRequest(
+        catalog_architecture(model),
+        engine="vllm",
+        engine_options={"version": "0.6.4", "max_model_len": max_model_len},
+        gpu_memory_bytes=A100.total_bytes,
+        gpu=A100,
+    )
+    return int(setup_for(req).stages[-1].fixed_activation)
+
+
+def test_v0_llama_mlp_frees_gate_up_before_down_proj() -> None:
+    # 0.6.4, no chunked prefill at 20000 tokens: one 20000-token batch. models/llama.py's
+    # LlamaMLP.forward rebinds x, so the gate/up output (2I) is gone by down_proj: the peak is
+    # at act_fn, 3 hidden rows (embedding-level input, residual, MLP input) + gate/up 2I + its
+    # activation I. Llama 3.1 8B: h 4096, I 14336, bf16: 20000 * (3*4096 + 3*14336) * 2 bytes,
+    # above the sampler's 256 * 128256 * 38 + 256 * 4096 * 2.
+    assert _v0_forward(LLAMA_8B, 20000) == 20000 * (3 * 4096 + 3 * 14336) * 2
+
+
+def test_v0_qwen2_mlp_keeps_gate_up_through_down_proj() -> None:
+    # models/qwen2.py names the gate/up output (gate_up, _ = ...), alive until the MLP returns:
+    # 4 hidden rows + 3I. Qwen2-7B: h 3584, I 18944, bf16, one 20000-token batch.
+    assert _v0_forward("Qwen/Qwen2-7B-Instruct", 20000) == 20000 * (4 * 3584 + 3 * 18944) * 2
