@@ -45,6 +45,7 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from service.estimator.errors import InvalidRequest
 from service.estimator.model import Architecture
+from service.estimator.model.families import LlamaCppType
 
 __all__ = [
     "PRESETS",
@@ -329,11 +330,9 @@ _ROLES: dict[tuple[str, str], tuple[Role, int]] = {
     ("lm_head", "lm_head"): (Role.OUTPUT, 1),
 }
 
-# llama.cpp architectures whose 80-layer models are LLM_TYPE_70B (src/models/llama.cpp with
-# GQA, qwen2.cpp, olmo.cpp), by Hugging Face model_type (convert writes Mistral as llama).
+# The layer count at which llama.cpp's loader types a model LLM_TYPE_70B (the family says
+# whether it does: LlamaCppType).
 _TYPE_70B_LAYERS = 80
-_TYPE_70B_GQA = frozenset({"llama", "mistral"})
-_TYPE_70B_ANY = frozenset({"qwen2", "olmo"})
 
 
 def quant_model(arch: Architecture, *, own_output: bool = False) -> QuantModel:
@@ -354,15 +353,16 @@ def quant_model(arch: Architecture, *, own_output: bool = False) -> QuantModel:
             field="model",
         )
     gqa = arch.num_attention_heads > arch.num_kv_heads
+    kind = arch.family.llamacpp_type
     type_70b = arch.num_layers == _TYPE_70B_LAYERS and (
-        arch.model_type in _TYPE_70B_ANY or (arch.model_type in _TYPE_70B_GQA and gqa)
+        kind == LlamaCppType.TYPE_70B or (kind == LlamaCppType.TYPE_70B_WITH_GQA and gqa)
     )
     return QuantModel(
         n_layer=arch.num_layers,
         n_expert=arch.moe.num_experts if arch.moe is not None else 0,
         n_gqa=arch.num_attention_heads // arch.num_kv_heads if arch.num_kv_heads else 0,
         tied=arch.tie_word_embeddings and not own_output,
-        falcon=arch.model_type == "falcon",
+        falcon=kind == LlamaCppType.FALCON,
         type_70b=type_70b,
     )
 

@@ -130,6 +130,17 @@ class NormRule(StrEnum):
     FALCON = "falcon"
 
 
+class LlamaCppType(StrEnum):
+    """What llama.cpp's loader makes of the family's 80-layer models, which llama-quantize's
+    presets read (``LLM_TYPE_70B``: src/models/llama.cpp with GQA, qwen2.cpp, olmo.cpp), and
+    whether its quantize rules treat the architecture as Falcon (``LLM_ARCH_FALCON``)."""
+
+    OTHER = "other"
+    TYPE_70B_WITH_GQA = "type_70b_with_gqa"  # convert writes these as llama (Llama, Mistral)
+    TYPE_70B = "type_70b"  # Qwen2, OLMo
+    FALCON = "falcon"
+
+
 @dataclass(frozen=True)
 class MoeSchema:
     """How a family lays out and configures its mixture of experts."""
@@ -224,6 +235,7 @@ class Family:
     # peft 0.21 maps pre-fusion expert projection names onto the fused 3-D expert weights
     # (`peft.utils.transformers_weight_conversion._MOE_TARGET_MODULE_MAPPING`).
     expert_target_aliases: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    llamacpp_type: LlamaCppType = LlamaCppType.OTHER
 
     def __hash__(self) -> int:
         return hash(self.name)
@@ -250,10 +262,12 @@ _SANDWICH_NORMS = (
 LLAMA = Family(
     "llama",
     mlp_bias=Flag.config("mlp_bias"),
+    llamacpp_type=LlamaCppType.TYPE_70B_WITH_GQA,
     defaults=_frozen(tie_word_embeddings=False, attention_bias=False, mlp_bias=False),
 )
 MISTRAL = Family(
     "mistral",
+    llamacpp_type=LlamaCppType.TYPE_70B_WITH_GQA,
     qkv_bias=OFF,
     o_bias=OFF,
     layout=LayerLayout.ALL_SLIDING,
@@ -261,6 +275,7 @@ MISTRAL = Family(
 )
 QWEN2 = Family(
     "qwen2",
+    llamacpp_type=LlamaCppType.TYPE_70B,
     qkv_bias=ON,
     o_bias=OFF,
     layout=LayerLayout.QWEN2,
@@ -342,7 +357,7 @@ DEEPSEEK_V2 = Family(
 
 _TABLE: tuple[Family, ...] = (
     LLAMA,
-    dataclasses.replace(LLAMA, name="granite"),
+    dataclasses.replace(LLAMA, name="granite", llamacpp_type=LlamaCppType.OTHER),
     MISTRAL,
     Family(
         "mixtral",
@@ -621,6 +636,7 @@ _NEW: tuple[Family, ...] = (
     ),
     Family(
         "falcon",
+        llamacpp_type=LlamaCppType.FALCON,
         attention=Attention.FUSED_QKV,
         qkv_bias=Flag.config("bias"),
         o_bias=Flag.config("bias"),
@@ -695,6 +711,7 @@ _NEW: tuple[Family, ...] = (
     ),
     Family(
         "olmo",
+        llamacpp_type=LlamaCppType.TYPE_70B,
         norm="layernorm",
         norm_weights=False,
         defaults=_frozen(tie_word_embeddings=False, attention_bias=False),
@@ -754,8 +771,9 @@ ARCHITECTURE_CLASSES: Mapping[str, str] = MappingProxyType(
     }
 )
 
-#: A decoder whose family is unknown but whose config has the standard keys is read as Llama.
-GENERIC_DECODER = LLAMA
+#: A decoder whose family is unknown but whose config has the standard keys is read as Llama
+#: (but llama.cpp's loader knows nothing of it: no Llama typing in its quantize rules).
+GENERIC_DECODER = dataclasses.replace(LLAMA, llamacpp_type=LlamaCppType.OTHER)
 
 #: Config keys of the standard decoder a generic read needs (under ALIASES' names too).
 GENERIC_DECODER_KEYS = (
