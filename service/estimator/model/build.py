@@ -30,6 +30,9 @@ from service.estimator.model.families import (
     NOT_A_DENSE_DECODER,
     SUPPORTED_MODEL_TYPES,
     WRAPPER_TEXT_TYPES,
+    family_for,
+)
+from service.estimator.model.family_traits import (
     Attention,
     Family,
     KvHeads,
@@ -38,7 +41,6 @@ from service.estimator.model.families import (
     MoePlacement,
     NormRule,
     SharedExperts,
-    family_for,
 )
 from service.estimator.model.quantization import parse_quantization
 from service.estimator.model.shapes import (
