@@ -42,9 +42,6 @@ from service.estimator.model.family_traits import (
 __all__ = [
     "ARCHITECTURE_CLASSES",
     "FAMILIES",
-    "GENERIC_DECODER",
-    "GENERIC_DECODER_KEYS",
-    "NOT_A_DENSE_DECODER",
     "SUPPORTED_MODEL_TYPES",
     "WRAPPER_TEXT_TYPES",
     "family_for",
@@ -579,32 +576,6 @@ ARCHITECTURE_CLASSES: Mapping[str, str] = MappingProxyType(
         "FalconForCausalLM": "falcon",
         "StableLmForCausalLM": "stablelm",
     }
-)
-
-#: A decoder whose family is unknown but whose config has the standard keys is read as Llama
-#: (but llama.cpp's loader knows nothing of it: no Llama typing in its quantize rules).
-GENERIC_DECODER = dataclasses.replace(LLAMA, llamacpp_type=LlamaCppType.OTHER)
-
-#: Config keys of the standard decoder a generic read needs (under ALIASES' names too).
-GENERIC_DECODER_KEYS = (
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "intermediate_size",
-    "vocab_size",
-)
-
-#: Keys that say an unknown config is more than a dense decoder: read as one, it would be
-#: wrong (experts, latent attention, recurrent mixers), so it is refused instead.
-NOT_A_DENSE_DECODER = (
-    "num_experts",
-    "num_local_experts",
-    "n_routed_experts",
-    "moe_intermediate_size",
-    "kv_lora_rank",
-    "linear_num_value_heads",
-    "ssm_state_size",
-    "mamba_d_state",
 )
 
 
