@@ -22,17 +22,16 @@ of the platform's priority list while the first ``MLAAttention`` layer is built,
 lm_head gets its own copy on the last stage (``ParallelLMHead``); the vision tower of a
 multimodal model is built on every pipeline rank.
 
-The options and the defaults vLLM's ``EngineArgs`` derives for them are in
-:mod:`.vllm_options`. ``--dtype auto`` as
-``ModelConfig._resolve_auto_dtype`` resolves it (vLLM 0.10.1 and later): the checkpoint's
-dtype when the GPU supports it, a float32 checkpoint in the first 16-bit type the GPU and the
-model support (bf16 from compute capability 8.0, else fp16; never fp16 for models whose
-activations overflow it), bf16 on a GPU without it in fp16 (or fp32 for those models).
+The options and the defaults vLLM's ``EngineArgs`` derives for them are in :mod:`.vllm_options`.
+``--dtype auto`` as ``ModelConfig._resolve_auto_dtype`` resolves it (vLLM 0.10.1 and later): the
+checkpoint's dtype when the GPU supports it, a float32 checkpoint in the first 16-bit type the
+GPU and the model support (bf16 from compute capability 8.0, else fp16; never fp16 for models
+whose activations overflow it), bf16 on a GPU without it in fp16 (or fp32 for those models).
 Quantization methods need the compute capability their kernels need
 (``QuantizationConfig.get_min_capability`` in vLLM 0.11.2); fp8 weights below 8.9 run on the
 weight-only Marlin path, whose memory is the same. TP must divide the attention heads, the KV
-heads (or be a multiple of them), the MLP and expert widths and the 64-padded vocabulary
-(vLLM's ``divide`` assertions), and stay within one node's NVLink domain.
+heads (or be a multiple of them), the MLP and expert widths and the 64-padded vocabulary (vLLM's
+``divide`` assertions), and stay within one node's NVLink domain.
 """
 
 from __future__ import annotations
