@@ -10,7 +10,8 @@ from __future__ import annotations
 from functools import lru_cache
 
 from service.api.schemas.estimates import ModelSelector
-from service.catalog.gpu_catalog import AdHocGpu, GpuCatalog, derived_cuda_total
+from service.catalog.gpu_catalog import AdHocGpu, GpuCatalog
+from service.catalog.gpu_record import derived_cuda_total
 from service.catalog.model_catalog import ModelCatalog, ModelEntry
 from service.estimator.answer import ModelSpec
 from service.estimator.checkpoint import CheckpointWeights

@@ -45,7 +45,7 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from service.estimator.errors import InvalidRequest
 from service.estimator.model import Architecture
-from service.estimator.model.families import LlamaCppType
+from service.estimator.model.family_traits import LlamaCppType
 
 __all__ = [
     "PRESETS",

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from service.api.estimate_service import Catalogs
 from service.api.resolve import ad_hoc_gpu, resolve_gpu
-from service.catalog.gpu_catalog import MIB
+from service.catalog.gpu_record import MIB
 from service.estimator.errors import EstimatorError, InvalidRequest
 from service.estimator.gpu import GpuSpec
 from service.scheduling.check import GpuVerdict, Prepared, prepare, verdict_on

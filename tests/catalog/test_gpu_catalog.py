@@ -19,9 +19,9 @@ from service.catalog.gpu_catalog import (
     CatalogError,
     GpuCatalog,
     GpuMatch,
-    derived_cuda_total,
     load_gpu_catalog,
 )
+from service.catalog.gpu_record import derived_cuda_total
 from service.estimator.errors import InvalidRequest, NotFound
 
 MIB = 2**20

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pydantic import Field
 
 from service.api.schemas.common import ResponseModel
-from service.catalog.gpu_catalog import Gpu, MatchedBy, MigProfile
+from service.catalog.gpu_catalog import MatchedBy
+from service.catalog.gpu_record import Gpu, MigProfile
 
 
 class GpuLabelMatch(ResponseModel):

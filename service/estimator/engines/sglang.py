@@ -54,7 +54,8 @@ from service.estimator.engines.sglang_options import (
     derived_defaults,
     gpu_mib,
 )
-from service.estimator.engines.vllm import DTYPES, concurrency_length
+from service.estimator.engines.vllm import concurrency_length
+from service.estimator.engines.vllm_options import DTYPES
 from service.estimator.formats import WeightFormat
 from service.estimator.model import Architecture
 from service.estimator.result import Capacity

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from service.estimator.engines import sglang_versions as sv
 from service.estimator.engines.base import EngineContext, Option, OptionValue
-from service.estimator.engines.vllm import DTYPES
+from service.estimator.engines.vllm_options import DTYPES
 from service.estimator.model import Architecture
 from service.estimator.units import MIB
 

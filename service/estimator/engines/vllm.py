@@ -22,20 +22,16 @@ of the platform's priority list while the first ``MLAAttention`` layer is built,
 lm_head gets its own copy on the last stage (``ParallelLMHead``); the vision tower of a
 multimodal model is built on every pipeline rank.
 
-Defaults as vLLM's ``EngineArgs`` picks them for the OpenAI server: on GPUs of at least 70 GiB
-``max_num_batched_tokens`` 8192 and ``max_num_seqs`` 1024, else 2048 and 256; ``block_size``
-16; ``gpu_memory_utilization`` 0.9; ``max_model_len`` the model's derived maximum
-(:func:`derived_max_model_len`), and a request that names no sequence length is judged at it,
-as ``vllm serve`` without ``--max-model-len`` is. ``--dtype auto`` as
-``ModelConfig._resolve_auto_dtype`` resolves it (vLLM 0.10.1 and later): the checkpoint's
-dtype when the GPU supports it, a float32 checkpoint in the first 16-bit type the GPU and the
-model support (bf16 from compute capability 8.0, else fp16; never fp16 for models whose
-activations overflow it), bf16 on a GPU without it in fp16 (or fp32 for those models).
+The options and the defaults vLLM's ``EngineArgs`` derives for them are in :mod:`.vllm_options`.
+``--dtype auto`` as ``ModelConfig._resolve_auto_dtype`` resolves it (vLLM 0.10.1 and later): the
+checkpoint's dtype when the GPU supports it, a float32 checkpoint in the first 16-bit type the
+GPU and the model support (bf16 from compute capability 8.0, else fp16; never fp16 for models
+whose activations overflow it), bf16 on a GPU without it in fp16 (or fp32 for those models).
 Quantization methods need the compute capability their kernels need
 (``QuantizationConfig.get_min_capability`` in vLLM 0.11.2); fp8 weights below 8.9 run on the
 weight-only Marlin path, whose memory is the same. TP must divide the attention heads, the KV
-heads (or be a multiple of them), the MLP and expert widths and the 64-padded vocabulary
-(vLLM's ``divide`` assertions), and stay within one node's NVLink domain.
+heads (or be a multiple of them), the MLP and expert widths and the 64-padded vocabulary (vLLM's
+``divide`` assertions), and stay within one node's NVLink domain.
 """
 
 from __future__ import annotations
@@ -57,7 +53,7 @@ from service.estimator.engines.base import (
     activation_dtype,
     tp_sizes_dividing_widths,
 )
-from service.estimator.engines.mxfp4_storage import BACKENDS, default_backend, mxfp4_extra_bytes
+from service.estimator.engines.mxfp4_storage import default_backend, mxfp4_extra_bytes
 from service.estimator.engines.overhead import (
     OverheadTerms,
     cuda_context_bytes,
@@ -65,9 +61,9 @@ from service.estimator.engines.overhead import (
     framework_overhead,
 )
 from service.estimator.engines.vllm_kv import VllmKvGroups, vllm_groups
-from service.estimator.engines.vllm_profile import SAMPLER_CHOICES, profile_peak
-from service.estimator.engines.vllm_versions import LINES, NEWEST, VllmLine, line_for
-from service.estimator.errors import InvalidRequest
+from service.estimator.engines.vllm_options import DTYPES, OPTIONS, derived_defaults, engine_line
+from service.estimator.engines.vllm_profile import profile_peak
+from service.estimator.engines.vllm_versions import line_for
 from service.estimator.formats import WeightFormat
 from service.estimator.model import Architecture
 from service.estimator.result import Capacity
@@ -78,26 +74,16 @@ if TYPE_CHECKING:
     from service.estimator.gpu import GpuSpec
     from service.estimator.inference.setup import ServingSetup, Stage
 
-__all__ = ["LARGE_GPU_BYTES", "MLA_WORKSPACE_BYTES", "VllmEngine", "engine_line"]
+__all__ = ["MLA_WORKSPACE_BYTES", "VllmEngine"]
 
-# vLLM's thresholds for its larger scheduling defaults (EngineArgs, usage context OpenAI server).
-LARGE_GPU_BYTES = 70 * GIB
-HUGE_GPU_BYTES = 160 * GIB  # v0.34's top tier (B200/B300, MI300X)
-# V0 turns chunked prefill on above this max_model_len (EngineArgs.create_engine_config).
-V0_CHUNKED_ABOVE = 32768
 # The extensible KV cache's margin floor (v0.34 extensible_kv_cache.py: 1 GiB; 3 GiB on ROCm)
 # and fraction of the transient peak.
 EXTENSIBLE_MARGIN_FLOOR = {"amd": 3 * GIB}
 EXTENSIBLE_MARGIN_FLOOR_DEFAULT = 1 * GIB
 EXTENSIBLE_MARGIN_FRACTION = 0.75
-_V0_FALLBACK = next(line for line in LINES if line.name == "0.6.5")
 # FLASHINFER_MLA_WORKSPACE_BUFFER_SIZE, allocated when flashinfer_mla.py is imported.
 MLA_WORKSPACE_BYTES = 128 * MIB
 VOCAB_PADDING = 64
-# When a config names no context length at all.
-FALLBACK_MAX_MODEL_LEN = 2048
-# Rope types whose max_position_embeddings already is the scaled context (no factor applied).
-_UNSCALED_ROPE = frozenset({"su", "longrope", "llama3"})
 
 # Minimum compute capability per weight-format kind: each quantization method's
 # get_min_capability() in vLLM 0.11.2 (vllm/model_executor/layers/quantization/*.py):
@@ -116,46 +102,6 @@ _MIN_CAPABILITY: dict[str, tuple[int, int]] = {
 }
 # Native fp8 matmuls from Ada/Hopper (8.9); below, vLLM runs fp8 weights on Marlin W8A16.
 _FP8_NATIVE = (8, 9)
-# `--dtype` values and the dtype each names (vLLM's STR_DTYPE_TO_TORCH_DTYPE).
-DTYPES = {
-    "half": "fp16",
-    "float16": "fp16",
-    "bfloat16": "bf16",
-    "float": "fp32",
-    "float32": "fp32",
-}
-
-
-def derived_max_model_len(arch: Architecture, line: VllmLine = NEWEST) -> int:
-    """vLLM's ``_get_and_verify_max_len`` without a user value: the config's context (from
-    0.8.5 a stated ``model_max_length`` replaces it, before it only lowers it), scaled by the
-    rope factor except for Gemma 3 and the su / longrope / llama3 types, yarn scaling the
-    original context (not in 0.34, where yarn's context already is scaled); from 0.11.2 a
-    longrope model defaults to its original context. 0.6.4 caps a model with interleaved
-    sliding-window layers to its window (it disables the window)."""
-    derived = arch.max_position_embeddings or FALLBACK_MAX_MODEL_LEN
-    if arch.model_max_length:
-        if line.model_max_length_overrides:
-            derived = arch.model_max_length
-        else:
-            derived = min(derived, arch.model_max_length)
-    kind = arch.rope_type
-    if kind == "longrope" and arch.original_max_position_embeddings and line.longrope_original:
-        return arch.original_max_position_embeddings
-    if (
-        line.name == "0.6.4"
-        and arch.sliding_window
-        and 0 < arch.num_sliding_layers < len(arch.layer_types)
-    ):
-        derived = min(derived, arch.sliding_window)
-    if kind is None or kind in _UNSCALED_ROPE or arch.context_includes_rope_scaling:
-        return derived
-    if kind == "yarn":
-        if not line.yarn_scales:
-            return derived
-        if arch.original_max_position_embeddings:
-            return int(arch.original_max_position_embeddings * arch.rope_factor)
-    return int(derived * arch.rope_factor)
 
 
 def rope_table_bytes(arch: Architecture, dtype_bytes: float) -> int:
@@ -167,178 +113,18 @@ def rope_table_bytes(arch: Architecture, dtype_bytes: float) -> int:
     return int(rows * arch.rope_dim * dtype_bytes)
 
 
-def engine_line(version: str, gpu: GpuSpec | None, dtype: str = "auto") -> VllmLine:
-    """The line whose accounting runs: 0.8.x falls back to its V0 engine on GPUs below compute
-    capability 8.0 and for float32 (``EngineArgs._is_v1_supported_oracle``, v0.8.5, v0.9.1)."""
-    line, _ = line_for(version)
-    if line.name in ("0.8.5", "0.9.1"):
-        cc = gpu.compute_capability if gpu is not None else None
-        if (cc is not None and cc < (8, 0)) or DTYPES.get(dtype) == "fp32":
-            return _V0_FALLBACK
-    return line
-
-
-def _batch_defaults(
-    line: VllmLine, ctx: EngineContext, max_model_len: int, seqs_given: OptionValue | None
-) -> tuple[int, int]:
-    """(max_num_batched_tokens, max_num_seqs) as vLLM's EngineArgs defaults them."""
-    if line.batch == "v0":
-        seqs = 256 if seqs_given is None else int(seqs_given)
-        if max_model_len > V0_CHUNKED_ABOVE and ctx.architecture.vision is None:
-            return (512 if line.name == "0.6.4" else 2048), seqs
-        return max(max_model_len, 2048), seqs
-    mem = ctx.gpu_memory_bytes
-    name = ctx.gpu.name.lower() if ctx.gpu is not None else ""
-    if mem is None:
-        tokens, seqs = 8192, 1024
-    elif line.batch == "v1-0.34" and mem >= HUGE_GPU_BYTES:
-        tokens, seqs = 16384, 1024
-    elif mem >= LARGE_GPU_BYTES and (line.batch == "v1-0.8" or "a100" not in name):
-        # "a100": the exclusion of PR 17885 (EngineArgs._set_default_args_v1, v0.9.1).
-        tokens, seqs = 8192, 1024
-    else:
-        tokens, seqs = 2048, 256
-    if seqs_given is not None:
-        seqs = int(seqs_given)
-    if line.batch not in ("v1-0.8", "v1-0.9"):
-        seqs = min(seqs, tokens)
-    if line.key >= (0, 11, 2):
-        tokens = min(seqs * max_model_len, tokens)
-    return tokens, seqs
-
-
 class VllmEngine(Engine):
     name: ClassVar[str] = "vllm"
     summary: ClassVar[str] = "vLLM v1: budget = total × gpu_memory_utilization, paged KV pool"
     budget_option: ClassVar[str | None] = "gpu_memory_utilization"
     fused_kernels: ClassVar[bool] = True
     context_option: ClassVar[str | None] = "max_model_len"
-    options: ClassVar[tuple[Option, ...]] = (
-        Option(
-            "gpu_memory_utilization",
-            float,
-            "vLLM: fraction of the GPU's memory vLLM may use (0.9; 0.92 from 0.21; 1.0 with "
-            "0.34's extensible KV cache); SGLang's equivalent is mem_fraction_static.",
-            low=0.0,
-            high=1.0,
-            low_open=True,
-            flag="--gpu-memory-utilization",
-        ),
-        Option(
-            "max_model_len",
-            int,
-            "vLLM: the longest sequence a request may have (prompt plus output).",
-            low=1,
-            high=1 << 24,
-            flag="--max-model-len",
-        ),
-        Option(
-            "max_num_batched_tokens",
-            int,
-            "vLLM: tokens per scheduler step (chunked prefill), also its profiling size "
-            "(V1: 8192 on GPUs of 70 GiB or more but A100s, else 2048; V0: the whole "
-            "max_model_len unless chunked prefill).",
-            low=1,
-            high=1 << 24,
-            flag="--max-num-batched-tokens",
-        ),
-        Option(
-            "max_num_seqs",
-            int,
-            "vLLM: sequences per scheduler step (1024 on GPUs of 70 GiB or more, else 256).",
-            low=1,
-            high=1 << 20,
-            flag="--max-num-seqs",
-        ),
-        Option(
-            "block_size",
-            int,
-            "vLLM: tokens per KV-cache block (16; 64 from 0.34).",
-            choices=(1, 8, 16, 32, 64, 128),
-            flag="--block-size",
-        ),
-        Option(
-            "enforce_eager",
-            bool,
-            "vLLM: no CUDA graphs (saves their memory pool).",
-            default=False,
-            flag="--enforce-eager",
-        ),
-        Option(
-            "dtype",
-            str,
-            "vLLM, SGLang: the dtype the model runs in (`auto`: the engine's rule for the "
-            "checkpoint and GPU).",
-            default="auto",
-            choices=("auto", *DTYPES),
-            flag="--dtype",
-        ),
-        Option(
-            "version",
-            str,
-            "vLLM: the release whose memory accounting to model, e.g. 0.10.1 or 0.19.0 "
-            f"(modelled lines {', '.join(line.name for line in LINES)}; another release maps "
-            "to the newest line at or below it).",
-            default=NEWEST.name,
-        ),
-        Option(
-            "mxfp4_backend",
-            str,
-            "vLLM: the MoE kernel for mxfp4 experts (gpt-oss), which sets their padding and "
-            "scale copies (`auto`: Marlin below compute capability 9.0, FlashInfer on 10.x, "
-            "Triton on Hopper from 0.22, Marlin before; VLLM_MXFP4_USE_MARLIN forces Marlin).",
-            default="auto",
-            choices=("auto", *BACKENDS),
-        ),
-        Option(
-            "sampler",
-            str,
-            "vLLM: the top-k/top-p sampler its profiling run measures (`auto`: the line's own; "
-            "`flashinfer`: FlashInfer's, which V1 picks whenever the flashinfer package is "
-            "installed in 0.8-0.10 (the Docker image ships it, a plain pip install does not) and "
-            "only under VLLM_USE_FLASHINFER_SAMPLER=1 in 0.11-0.20; the 0.22 line picks it by "
-            "default on compute capability 7.5-12.1; the log then says 'Using FlashInfer for "
-            "top-p & top-k sampling').",
-            default="auto",
-            choices=SAMPLER_CHOICES,
-        ),
-        Option(
-            "limit_mm_per_prompt",
-            int,
-            "vLLM: images per prompt a multimodal model accepts (its profiling run sizes the "
-            "encoder cache by it; 0 skips the vision tower). Default: vLLM's 999.",
-            low=0,
-            high=1 << 20,
-            flag="--limit-mm-per-prompt",
-        ),
-    )
+    options: ClassVar[tuple[Option, ...]] = OPTIONS
 
     def defaults(
         self, values: Mapping[str, OptionValue | None], ctx: EngineContext
     ) -> Mapping[str, OptionValue | None]:
-        version = values.get("version")
-        version = NEWEST.name if version is None else str(version)
-        line, _ = line_for(version)
-        run = engine_line(version, ctx.gpu, str(values["dtype"]))
-        derived = derived_max_model_len(ctx.architecture, line)
-        given = values.get("max_model_len")
-        if given is not None and int(given) > derived:
-            raise InvalidRequest(
-                f"max_model_len {given} exceeds the model's derived maximum {derived} (its "
-                "config's context with rope scaling, as vLLM derives it); vLLM refuses it",
-                field="engine_options.max_model_len",
-            )
-        length = derived if given is None else int(given)
-        tokens, seqs = _batch_defaults(run, ctx, length, values.get("max_num_seqs"))
-        return MappingProxyType(
-            {
-                "max_num_batched_tokens": tokens,
-                "max_num_seqs": seqs,
-                "max_model_len": derived,
-                "gpu_memory_utilization": line.gpu_memory_utilization,
-                "block_size": line.block_size,
-            }
-        )
+        return derived_defaults(values, ctx)
 
     def default_sequence_length(self, s: EngineSettings) -> int:
         return int(s["max_model_len"])

@@ -11,7 +11,8 @@
 
 from service.estimator.model.architecture import Architecture
 from service.estimator.model.build import read_config
-from service.estimator.model.families import SUPPORTED_MODEL_TYPES, Family
+from service.estimator.model.families import SUPPORTED_MODEL_TYPES
+from service.estimator.model.family_traits import Family
 from service.estimator.model.parameters import ParameterCounts, count_parameters
 from service.estimator.model.quantization import QuantizationSpec
 from service.estimator.model.shapes import (

@@ -18,7 +18,7 @@ from functools import cached_property
 from typing import Any
 
 from service.estimator import memo
-from service.estimator.model.families import Family
+from service.estimator.model.family_traits import Family
 from service.estimator.model.quantization import QuantizationSpec
 from service.estimator.model.shapes import (
     ATTENTION_LAYER_TYPES,

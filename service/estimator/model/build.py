@@ -4,8 +4,9 @@ It follows the modeling code of transformers 5.x: which modules each family inst
 their sizes, biases and norms, and the defaults its ``*Config`` class applies to keys a config
 leaves out (every default applied is recorded in ``assumptions``). What differs between
 families comes from the family table (:mod:`.families`); this module only reads the config
-through it. A multimodal wrapper (``text_config`` inside) is read for its language model,
-with the wrapper's top-level dtype, quantization and tying applied to it.
+through it (a ``model_type`` the table lacks is recognized by :mod:`.recognition`). A
+multimodal wrapper (``text_config`` inside) is read for its language model, with the
+wrapper's top-level dtype, quantization and tying applied to it.
 """
 
 from __future__ import annotations
@@ -13,10 +14,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from service.estimator.errors import InvalidConfig, UnsupportedArchitecture
+from service.estimator.errors import InvalidConfig
 from service.estimator.model.architecture import Architecture
 from service.estimator.model.config_reader import (
-    ALIASES,
     Bounds,
     ConfigReader,
     check_int,
@@ -24,12 +24,10 @@ from service.estimator.model.config_reader import (
     str_tuple,
 )
 from service.estimator.model.families import (
-    ARCHITECTURE_CLASSES,
-    GENERIC_DECODER,
-    GENERIC_DECODER_KEYS,
-    NOT_A_DENSE_DECODER,
-    SUPPORTED_MODEL_TYPES,
     WRAPPER_TEXT_TYPES,
+    family_for,
+)
+from service.estimator.model.family_traits import (
     Attention,
     Family,
     KvHeads,
@@ -38,9 +36,9 @@ from service.estimator.model.families import (
     MoePlacement,
     NormRule,
     SharedExperts,
-    family_for,
 )
 from service.estimator.model.quantization import parse_quantization
+from service.estimator.model.recognition import generic_decoder, outer_model_type, shown_name
 from service.estimator.model.shapes import (
     CHUNKED_ATTENTION,
     FULL_ATTENTION,
@@ -65,7 +63,7 @@ def read_config(config: Mapping[str, Any]) -> Architecture:
         raise InvalidConfig("the model config must be a JSON object")
     outer = config
     notes: list[str] = []
-    outer_type = _outer_model_type(outer, notes)
+    outer_type = outer_model_type(outer, notes)
     wrapper: str | None = None
     text = outer.get("text_config")
     if text is not None:
@@ -96,9 +94,9 @@ def read_config(config: Mapping[str, Any]) -> Architecture:
         )
     family = family_for(model_type)
     if family is None:
-        family = _generic_decoder(config, model_type)
+        family = generic_decoder(config, model_type)
         notes.append(
-            f"model_type {_shown(model_type)!r} is not one this service knows; its config has "
+            f"model_type {shown_name(model_type)!r} is not one this service knows; its config has "
             "the standard decoder keys, so it was read as a Llama-style decoder (gated MLP, "
             "RMSNorm, no biases unless attention_bias/mlp_bias say so): post the config "
             "with a supported model_type or architectures if it is not one"
@@ -109,61 +107,6 @@ def read_config(config: Mapping[str, Any]) -> Architecture:
     if text is not None and outer.get("vision_config") is not None:
         arch = attach_vision(arch, outer, outer["vision_config"])
     return arch
-
-
-def _shown(name: str) -> str:
-    return name if len(name) <= 60 else name[:57] + "..."
-
-
-def _outer_model_type(outer: Mapping[str, Any], notes: list[str]) -> Any:
-    """The config's model_type; an unknown one is replaced by the type whose transformers
-    class its ``architectures`` names (Kimi-K2: ``kimi_k2`` runs as DeepseekV3ForCausalLM)."""
-    model_type = outer.get("model_type")
-    if isinstance(model_type, str):
-        identifier(model_type, "model_type")  # before any reading falls back to another name
-    known = isinstance(model_type, str) and (
-        model_type in FAMILIES_OR_WRAPPERS or outer.get("text_config") is not None
-    )
-    if known:
-        return model_type
-    archs = outer.get("architectures")
-    if not isinstance(archs, Sequence) or isinstance(archs, str):
-        return model_type
-    for cls in archs:
-        mapped = ARCHITECTURE_CLASSES.get(cls) if isinstance(cls, str) else None
-        if mapped is not None:
-            if model_type is not None:
-                notes.append(
-                    f"model_type {_shown(str(model_type))!r} is not one this service knows; "
-                    f"read as {mapped} because architectures names {cls}"
-                )
-            return mapped
-    return model_type
-
-
-FAMILIES_OR_WRAPPERS = frozenset(SUPPORTED_MODEL_TYPES)
-
-
-def _generic_decoder(config: Mapping[str, Any], model_type: str) -> Family:
-    """The generic decoder for an unknown model_type whose config has the standard keys;
-    refused, naming the field, when a key is missing or says it is more than a dense decoder."""
-    supported = ", ".join(SUPPORTED_MODEL_TYPES)
-    for key in NOT_A_DENSE_DECODER:
-        if config.get(key) is not None:
-            raise UnsupportedArchitecture(
-                f"model_type {_shown(model_type)!r} is not supported and its {key} says it is "
-                "not a plain dense decoder, so it cannot be read as one; supported model "
-                f"types: {supported}",
-                field=key,
-            )
-    for key in GENERIC_DECODER_KEYS:
-        if not any(config.get(name) is not None for name in (key, *ALIASES.get(key, ()))):
-            raise UnsupportedArchitecture(
-                f"model_type {_shown(model_type)!r} is not supported and the config has no "
-                f"{key}, which a generic decoder needs; supported model types: {supported}",
-                field=key,
-            )
-    return GENERIC_DECODER
 
 
 def _exact_div(hidden: int, heads: int) -> int:

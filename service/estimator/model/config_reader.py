@@ -16,7 +16,7 @@ from types import MappingProxyType
 from typing import Any
 
 from service.estimator.errors import InvalidConfig
-from service.estimator.model.families import Family, Flag
+from service.estimator.model.family_traits import Family, Flag
 
 __all__ = [
     "ALIASES",

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from service.estimator.model.architecture import Architecture
-from service.estimator.model.families import Attention, Mlp
+from service.estimator.model.family_traits import Attention, Mlp
 from service.estimator.model.shapes import LinearModule, ParameterGroup, Reads, Shard
 
 __all__ = ["linear_modules", "parameter_groups"]
