@@ -21,7 +21,14 @@ from fastapi import FastAPI, Response
 
 def create_app() -> FastAPI:
     body = Path(os.environ["BENCH_BASELINE_BODY"]).read_bytes()
-    app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
+    # FastAPI's OpenTelemetry bridge is off, as in the service, so the ratio prices only what
+    # the service does beyond HTTP.
+    app = FastAPI(
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        telemetry={"tracing": False, "metrics": False, "logs": False, "operation_spans": False},
+    )
 
     if os.environ.get("BENCH_BASELINE_ASYNC") == "1":
 

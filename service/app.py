@@ -121,6 +121,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         strict_content_type=False,
         docs_url=None,
         redoc_url=None,
+        # The service's telemetry is its Prometheus metrics and JSON access log; FastAPI's
+        # OpenTelemetry bridge would otherwise look up the global providers on every request.
+        telemetry={"tracing": False, "metrics": False, "logs": False, "operation_spans": False},
     )
     app.state.settings = settings
     app.state.max_body_bytes = settings.max_body_bytes
