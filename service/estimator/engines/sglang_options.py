@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from service.estimator.engines import sglang_versions as sv
 from service.estimator.engines.base import EngineContext, Option, OptionValue
-from service.estimator.engines.vllm_options import DTYPES
+from service.estimator.engines.vllm_options import DTYPE_OPTION
 from service.estimator.model import Architecture
 from service.estimator.units import MIB
 
@@ -124,15 +124,7 @@ OPTIONS: tuple[Option, ...] = (
         flag="--context-length",
         aliases=("max_model_len",),
     ),
-    Option(
-        "dtype",
-        str,
-        "vLLM, SGLang: the dtype the model runs in (`auto`: the engine's rule for the "
-        "checkpoint and GPU).",
-        default="auto",
-        choices=("auto", *DTYPES),
-        flag="--dtype",
-    ),
+    DTYPE_OPTION,
 )
 
 

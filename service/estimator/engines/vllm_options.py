@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DTYPES",
+    "DTYPE_OPTION",
     "LARGE_GPU_BYTES",
     "OPTIONS",
     "batch_defaults",
@@ -53,6 +54,16 @@ DTYPES = {
     "float": "fp32",
     "float32": "fp32",
 }
+# The `--dtype` option, the same in SGLang (server_args.py takes vLLM's choices).
+DTYPE_OPTION = Option(
+    "dtype",
+    str,
+    "vLLM, SGLang: the dtype the model runs in (`auto`: the engine's rule for the "
+    "checkpoint and GPU).",
+    default="auto",
+    choices=("auto", *DTYPES),
+    flag="--dtype",
+)
 
 
 def derived_max_model_len(arch: Architecture, line: VllmLine = NEWEST) -> int:
@@ -178,15 +189,7 @@ OPTIONS: tuple[Option, ...] = (
         default=False,
         flag="--enforce-eager",
     ),
-    Option(
-        "dtype",
-        str,
-        "vLLM, SGLang: the dtype the model runs in (`auto`: the engine's rule for the "
-        "checkpoint and GPU).",
-        default="auto",
-        choices=("auto", *DTYPES),
-        flag="--dtype",
-    ),
+    DTYPE_OPTION,
     Option(
         "version",
         str,

@@ -230,13 +230,13 @@ def test_capacity_differs_by_line_with_the_same_flags() -> None:
     assert pools["0.34"] > pools["0.22"]  # the whole GPU, less the margins
 
 
-def _sampler_setup(version: str, sampler: str):  # type: ignore[no-untyped-def]
+def _sampler_setup(version: str, sampler: str, gpu: GpuSpec = A100):  # type: ignore[no-untyped-def]
     req = InferenceRequest(
         catalog_architecture(LLAMA_8B),
         engine="vllm",
         engine_options={"version": version, "max_model_len": 8192, "sampler": sampler},
-        gpu_memory_bytes=A100.total_bytes,
-        gpu=A100,
+        gpu_memory_bytes=gpu.total_bytes,
+        gpu=gpu,
     )
     return setup_for(req)
 
@@ -262,23 +262,12 @@ def test_v0_keeps_its_sampler_under_the_flashinfer_option() -> None:
     assert a == b
 
 
-def _sampler_setup_on(version: str, sampler: str, gpu: GpuSpec):  # type: ignore[no-untyped-def]
-    req = InferenceRequest(
-        catalog_architecture(LLAMA_8B),
-        engine="vllm",
-        engine_options={"version": version, "max_model_len": 8192, "sampler": sampler},
-        gpu_memory_bytes=gpu.total_bytes,
-        gpu=gpu,
-    )
-    return setup_for(req)
-
-
 def test_0_22_samples_with_flashinfer_by_default_within_its_compute_capabilities() -> None:
     # v0.22.0: VLLM_USE_FLASHINFER_SAMPLER defaults to on and FlashInfer's backend supports
     # compute capability 7.5-12.1, so `auto` on an A100 (8.0) is the FlashInfer moment, while a
     # V100 (7.0) keeps the sort-based sampler.
     def moment(sampler: str, gpu: GpuSpec) -> int:
-        return int(_sampler_setup_on("0.22", sampler, gpu).stages[-1].fixed_activation)
+        return int(_sampler_setup("0.22", sampler, gpu).stages[-1].fixed_activation)
 
     v100 = dataclasses.replace(A100, compute_capability=(7, 0))
     assert moment("auto", A100) == moment("flashinfer", A100)
