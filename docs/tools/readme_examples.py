@@ -112,7 +112,8 @@ EXAMPLES: list[tuple[str, str, str]] = [
     ("", "", "curl -s -i $BASE/v1/gpus/h100-sxm-8gb | grep -iv '^date\\|^server'"),
     (
         "Metrics",
-        "Prometheus text format; requests are labelled by route template:",
+        "Prometheus text format; requests are labelled by route template. These metrics and the "
+        "JSON access log are the service's telemetry (FastAPI's OpenTelemetry bridge is off):",
         "curl -s $BASE/metrics | grep -E '^(http_requests_total|estimates_total)' | head -5",
     ),
     (
