@@ -6,6 +6,9 @@ reports:
 
 - the error on the rows it was fitted on, at the registered value (in-sample);
 - leave one out: the value refitted on all the fitted rows but one, and the error on that one;
+- leave one model out: the value refitted without every row of one model, and the error on
+  that model's rows (rows of one model share its shape, so leaving out one row of several
+  still lets its siblings fit it);
 - the error on the rows it affects but was not fitted on (held out), at the registered value.
 
 Refitting is least squares on relative errors, over a linearization of each row's prediction
@@ -39,6 +42,7 @@ class Row:
     id: str
     measured: float
     predict: Callable[[], float]
+    model: str = ""  # the model the row measured (leave one model out); "" counts as its own
 
 
 @dataclass
@@ -136,6 +140,7 @@ class Result:
     refit: dict[str, float] | None
     in_sample: list[tuple[str, float]]
     loo: list[tuple[str, float]]
+    lomo: list[tuple[str, float]]
     held_out: list[tuple[str, float]]
     note: str
 
@@ -152,8 +157,19 @@ def run(check: Check) -> Result:
         if values is None:
             continue
         loo.append((ln.row.id, _error(_evaluate(ln.row, values), ln.row.measured)))
+    lomo = []
+    for model in dict.fromkeys(ln.row.model or ln.row.id for ln in informative):
+        rest = [ln for ln in informative if (ln.row.model or ln.row.id) != model]
+        values = _fit(rest, names)
+        if values is None:
+            continue
+        lomo += [
+            (ln.row.id, _error(_evaluate(ln.row, values), ln.row.measured))
+            for ln in informative
+            if (ln.row.model or ln.row.id) == model
+        ]
     held_out = [(r.id, _error(_evaluate(r, base), r.measured)) for r in check.held_out]
-    return Result(names, base, _fit(informative, names), in_sample, loo, held_out, check.note)
+    return Result(names, base, _fit(informative, names), in_sample, loo, lomo, held_out, check.note)
 
 
 # ------------------------------------------------------------------------------------------
@@ -172,18 +188,18 @@ def _vllm_row(row: dict[str, str], what: str) -> Row:
         def predict() -> float:
             return stage_figures(req)[0].non_kv_overhead / GIB
 
-        return Row(row["run"], float(row["non_torch_gib"]), predict)
+        return Row(row["run"], float(row["non_torch_gib"]), predict, row["model"])
     if what == "activations":
 
         def predict() -> float:
             return stage_figures(req)[0].activations / GIB
 
-        return Row(row["run"], float(row["activation_gib"]), predict)
+        return Row(row["run"], float(row["activation_gib"]), predict, row["model"])
 
     def graphs() -> float:
         return setup_for(req).outside_budget.cuda_graphs / GIB
 
-    return Row(row["run"], float(row["cudagraph_actual_gib"]), graphs)
+    return Row(row["run"], float(row["cudagraph_actual_gib"]), graphs, row["model"])
 
 
 def _registered_rows(name: str) -> set[str]:
@@ -250,7 +266,7 @@ def _transformers_decode_rows() -> list[Row]:
             return (t["weights"] + t["kv_cache"] + t["activations"]) / GIB
 
         name = f"{row['model']} {row['quant']} in=1 gpus={row['gpus']}"
-        out.append(Row(name, inf_validation._gib(row), predict))
+        out.append(Row(name, inf_validation._gib(row), predict, row["model"]))
     return out
 
 
@@ -266,7 +282,7 @@ def _reserved_rows() -> list[Row]:
             frag = float(est.details["fragmentation_fraction"])  # type: ignore[arg-type]
             return alloc * (1 + frag)
 
-        out.append(Row(v.name, v.measured, predict))
+        out.append(Row(v.name, v.measured, predict, v.model))
     return out
 
 
@@ -303,11 +319,14 @@ def report(computed: list[Result] | None = None) -> str:
         "",
         "Every constant of `service/estimator/calibration.py` that was fitted to measured rows, "
         "checked on those rows at its registered value (in-sample), refitted on all of them but "
-        "one and checked on that one (leave one out), and checked on rows it affects but was "
-        "not fitted on (held out). Least squares on relative errors.",
+        "one and checked on that one (leave one out), refitted without every row of one model "
+        "and checked on that model's rows (leave one model out: a model's other rows cannot "
+        "stand in for it), and checked on rows it affects but was not fitted on (held out). "
+        "Least squares on relative errors.",
         "",
-        "| entry | registered | refit on all rows | in-sample | leave one out | held out |",
-        "|---|---|---|---|---|---|",
+        "| entry | registered | refit on all rows | in-sample | leave one out | "
+        "leave one model out | held out |",
+        "|---|---|---|---|---|---|---|",
     ]
     checked: set[str] = set()
     for r in computed:
@@ -316,7 +335,8 @@ def report(computed: list[Result] | None = None) -> str:
         refit = "—" if r.refit is None else ", ".join(_fmt(n, r.refit[n]) for n in r.names)
         lines.append(
             f"| {' + '.join(f'`{n}`' for n in r.names)} | {registered} | {refit} | "
-            f"{_stats(r.in_sample)} | {_stats(r.loo)} | {_stats(r.held_out)} |"
+            f"{_stats(r.in_sample)} | {_stats(r.loo)} | {_stats(r.lomo)} | "
+            f"{_stats(r.held_out)} |"
         )
     notes = [r for r in computed if r.note]
     if notes:

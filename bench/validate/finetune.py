@@ -352,6 +352,7 @@ class SwiftValue:
     measured: float  # bytes (the page's MiB)
     request: FinetuneRequest | None  # None only for an architecture the estimator lacks
     reason: str | None
+    model: str = ""  # the model the row ran (rows of one model share its architecture)
 
 
 def _swift_models(field: str) -> list[str]:
@@ -403,7 +404,7 @@ def swift_values(rows: list[dict[str, str]]) -> list[SwiftValue]:
             quant_label = "" if quant == "bf16" else f" {quant}"
             name = f"ms-swift {model} {label}{quant_label} s{seq} b{batch}"
             if model in _SWIFT_UNSUPPORTED:
-                out.append(SwiftValue(name, measured, None, _SWIFT_UNSUPPORTED[model]))
+                out.append(SwiftValue(name, measured, None, _SWIFT_UNSUPPORTED[model], model))
                 continue
             config, default_tm = _SWIFT_MODELS[model]
             qlora = quant == "bnb int4"
@@ -427,7 +428,7 @@ def swift_values(rows: list[dict[str, str]]) -> list[SwiftValue]:
                 reason = SWIFT_GPTQ_REASON
             elif seq > _SWIFT_MEAN_TOKENS:
                 reason = SWIFT_LONG_REASON
-            out.append(SwiftValue(name, measured, req, reason))
+            out.append(SwiftValue(name, measured, req, reason, model))
     return out
 
 

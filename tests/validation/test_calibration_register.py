@@ -1,7 +1,8 @@
 """The calibration register against the rows it was fitted on and the rows it was not.
 
 bench/validate/calibration.py rebuilds each fitted entry's rows and refits it leaving one row
-out; docs/accuracy.md shows the figures. The bounds here are on out-of-sample errors.
+out and one model out; docs/accuracy.md shows the figures. The bounds here are on out-of-sample
+errors.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ def test_every_fitted_entry_is_checked_out_of_sample(
     for r in results.values():
         assert r.in_sample, r.names
         assert len(r.loo) == len(r.in_sample), r.names
+        assert len(r.lomo) == len(r.in_sample), r.names
 
 
 def test_leave_one_out_bounds(results: dict[tuple[str, ...], c.Result]) -> None:
@@ -34,6 +36,24 @@ def test_leave_one_out_bounds(results: dict[tuple[str, ...], c.Result]) -> None:
     assert max(abs(e) for _, e in sampler.loo) <= 0.01
     nccl = results[("nccl.tp_group_bytes", "nccl.tp_peer_bytes")]
     assert max(abs(e) for _, e in nccl.loo) <= 0.05
+
+
+def test_leave_one_model_out_bounds(results: dict[tuple[str, ...], c.Result]) -> None:
+    # Refitted without every row of a model (a model's other quantizations and layouts cannot
+    # stand in for it), each model's rows stay within these bounds.
+    sampler = results[("vllm.sampler_bytes_per_logit",)]
+    assert max(abs(e) for _, e in sampler.lomo) <= 0.01
+    nccl = results[("nccl.tp_group_bytes", "nccl.tp_peer_bytes")]
+    assert max(abs(e) for _, e in nccl.lomo) <= 0.05
+    fragmentation = results[("training.fragmentation_fraction",)]
+    assert max(abs(e) for _, e in fragmentation.lomo) <= 0.12
+
+
+def test_rows_name_their_model(results: dict[tuple[str, ...], c.Result]) -> None:
+    # Leave one model out needs each fitted row's model; a row without one would count as a
+    # model of its own, and its siblings would still fit it.
+    for check in c.checks():
+        assert all(row.model for row in check.fitted), check.names
 
 
 def test_the_refit_recovers_the_fitted_values(results: dict[tuple[str, ...], c.Result]) -> None:
