@@ -192,8 +192,12 @@ def _walk(obj: object, seen: set[int], once: bool) -> int:
             extend(o)  # type: ignore[arg-type]
         else:
             d = getattr(o, "__dict__", None)
-            if d is not None:
-                push(d)
+            if d is not None and id(d) not in seen:
+                # The instance's attribute table and its values; its keys are the attribute
+                # names, strings interned once for the class and shared by every instance.
+                add(id(d))
+                total += getsizeof(d)
+                extend(d.values())
             for name in known[1]:
                 value = getattr(o, name, missing)
                 if value is not missing:

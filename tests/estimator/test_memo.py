@@ -117,15 +117,37 @@ def test_size_once_types_are_measured_once_and_remeasured_when_they_grow() -> No
 
 
 def test_size_once_charges_the_same_bytes_as_a_plain_walk() -> None:
-    m = Model(2_000)
+    class Local:
+        def __init__(self, width: int) -> None:
+            self.width = width
+
+        @cached_property
+        def table(self) -> list[int]:
+            return list(range(self.width))
+
+    m, plain = Local(2_000), Local(2_000)
     m.table  # noqa: B018
-    plain = Model(2_000)
     plain.table  # noqa: B018
-    memo.size_once(Model)
-    once = memo.deep_size(m)
-    # A plain walk over an equal object of an unregistered shape.
-    expected = memo.deep_size(plain.__dict__) + sys.getsizeof(plain)
-    assert once == expected
+    expected = memo.deep_size(plain)  # Local is not registered yet: a plain walk
+    memo.size_once(Local)
+    assert memo.deep_size(m) == expected
+
+
+def test_an_instance_is_charged_its_attribute_table_and_values_not_the_names() -> None:
+    # The attribute names are strings interned for the class and shared by every instance.
+    class Pair:
+        def __init__(self) -> None:
+            self.blob = b"x" * 1000
+            self.label = "y" * 100
+
+    p = Pair()
+    expected = (
+        sys.getsizeof(p)
+        + sys.getsizeof(p.__dict__)
+        + sys.getsizeof(p.blob)
+        + sys.getsizeof(p.label)
+    )
+    assert memo.deep_size(p) == expected
 
 
 def test_concurrent_callers_agree() -> None:
