@@ -27,6 +27,7 @@ from service.api.timeouts import RequestReadTimeoutMiddleware
 from service.catalog.gpu_catalog import load_gpu_catalog
 from service.catalog.model_catalog import load_model_catalog
 from service.estimator import memo
+from service.estimator.engines import REGISTRY as ENGINE_REGISTRY
 from service.estimator.model.families import FAMILIES
 from service.model_store import ModelStore, ScanLimits, StoreIndex, WalkLimits, root_paths
 from service.settings import Settings, get_settings
@@ -56,6 +57,7 @@ def load_catalogs(app: FastAPI, settings: Settings) -> None:
     memo.configure(settings.estimator_cache_bytes)
     memo.register_shared(e.architecture for e in app.state.model_catalog.all())
     memo.register_shared(FAMILIES.values())
+    memo.register_shared(ENGINE_REGISTRY.values())  # one instance per engine, for the process
     metrics: Metrics = app.state.metrics
     metrics.catalog_entries.labels("gpus").set(len(app.state.gpu_catalog.all()))
     metrics.catalog_entries.labels("models").set(len(app.state.model_catalog.all()))

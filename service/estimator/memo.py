@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import sys
 import threading
+import types
 import weakref
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
@@ -130,8 +131,17 @@ def deep_size(obj: object, seen: set[int] | None = None) -> int:
 
 
 # How the walk treats an object, decided once per type (:func:`_kind`).
-_ATOM, _MAPPING, _SEQUENCE, _OBJECT, _ONCE = range(5)
+_ATOM, _MAPPING, _SEQUENCE, _OBJECT, _ONCE, _PROGRAM = range(6)
 _ATOM_TYPES = (str, bytes, int, float, bool, type(None))
+# Parts of the program, not data an entry owns: classes (a key may hold a value's type),
+# functions and modules. Neither charged nor walked into.
+_PROGRAM_TYPES = (
+    type,
+    types.FunctionType,
+    types.BuiltinFunctionType,
+    types.MethodType,
+    types.ModuleType,
+)
 _SEQUENCE_TYPES = (tuple, list, set, frozenset)
 # type -> (kind, the slot names along its MRO); cleared when size_once adds a type.
 _kinds: dict[type, tuple[int, tuple[str, ...]]] = {}
@@ -144,6 +154,8 @@ def _kind(cls: type) -> tuple[int, tuple[str, ...]]:
     slots: tuple[str, ...] = ()
     if _size_once_types and issubclass(cls, _size_once_types):
         kind = _ONCE
+    elif issubclass(cls, _PROGRAM_TYPES):
+        kind = _PROGRAM
     elif issubclass(cls, _ATOM_TYPES):
         kind = _ATOM
     elif issubclass(cls, Mapping):
@@ -182,6 +194,8 @@ def _walk(obj: object, seen: set[int], once: bool) -> int:
                 continue
             kind = _OBJECT
             known = (kind, tuple(n for c in cls.__mro__ for n in getattr(c, "__slots__", ())))
+        elif kind == _PROGRAM:
+            continue
         total += getsizeof(o)
         if kind == _ATOM:
             continue

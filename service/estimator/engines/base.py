@@ -241,6 +241,10 @@ class Engine:
     fused_kernels: ClassVar[bool] = False
     # The option holding the longest sequence the engine is configured for (None: none).
     context_option: ClassVar[str | None] = None
+    # What each GPU holds back grows with the GPUs of one copy (TP × PP): more pipeline
+    # stages can then stop fitting where fewer fit, and the fewest-GPU search may not assume
+    # that the most stages fit whenever any count does.
+    reserve_grows_with_gpus: ClassVar[bool] = False
 
     # ---- options --------------------------------------------------------------------
 

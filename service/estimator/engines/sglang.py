@@ -102,6 +102,8 @@ class SglangEngine(Engine):
     budget_option: ClassVar[str | None] = "mem_fraction_static"
     fused_kernels: ClassVar[bool] = True
     context_option: ClassVar[str | None] = "context_length"
+    # server_args.py reserves tp × pp / 8 GiB more per GPU as the group grows.
+    reserve_grows_with_gpus: ClassVar[bool] = True
     options: ClassVar[tuple[Option, ...]] = OPTIONS
 
     # ---- options --------------------------------------------------------------------

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+from service.estimator.engines import get_engine
 from service.estimator.errors import InvalidRequest
 from service.estimator.inference.evaluate import check_length, fits, max_sequences
 from service.estimator.inference.request import (
@@ -76,23 +77,27 @@ def _fits_at(req: InferenceRequest, tp: int, pp: int, mem: int) -> bool:
 def _fewest_stages(req: InferenceRequest, tp: int, lo: int, hi: int, mem: int) -> int | None:
     """The fewest pipeline stages in [lo, hi] at which ``tp`` fits.
 
-    Checked at ``lo`` first (most requests fit there, and nothing is fewer), then at
-    doubling stage counts up to ``hi``, then a bisection between the last count that failed
-    and the first that fitted. More stages take layers off each GPU, but an engine may also
-    reserve more per GPU as the group grows (SGLang's reserve grows with TP × PP), so fitting
-    is not monotone over the whole range: a check at ``hi`` alone could miss a smaller count
-    that fits. At most ``2 · log2(hi)`` checks."""
+    Checked at ``lo`` first (most requests fit there, and nothing is fewer). More stages take
+    layers off each GPU, so for most engines fitting is monotone in the stage count: one
+    check at ``hi`` (if even that fails, nothing fits), then a bisection. An engine whose
+    per-GPU reserve grows with TP × PP (SGLang) can stop fitting at the most stages where
+    fewer fit, so there the search doubles the stage count from ``lo`` up to ``hi`` and
+    bisects between the last count that failed and the first that fitted. At most
+    ``2 · log2(hi) + 1`` checks."""
     if lo > hi:
         return None
     if _fits_at(req, tp, lo, mem):
         return lo
     bad, good = lo, None
-    while good is None and bad < hi:
-        step = min(hi, bad * 2)
-        if _fits_at(req, tp, step, mem):
-            good = step
-        else:
-            bad = step
+    if get_engine(req.engine).reserve_grows_with_gpus:
+        while good is None and bad < hi:
+            step = min(hi, bad * 2)
+            if _fits_at(req, tp, step, mem):
+                good = step
+            else:
+                bad = step
+    elif lo < hi and _fits_at(req, tp, hi, mem):
+        good = hi
     if good is None:
         return None
     while good - bad > 1:
