@@ -330,3 +330,35 @@ def test_the_minimal_layout_fits_when_posted_back(
     if answer["fit"]["min_gpu_layout"] is not None:
         again = post_back(api, body, answer)
         assert again["fit"]["fits"], (body, answer["fit"], again["fit"])
+
+
+def test_min_gpu_count_finds_a_window_between_two_doublings(api: TestClient) -> None:
+    # Llama 4 Scout on L4 under SGLang, 2 sequences of 4096 tokens with 1000-token prompts:
+    # the weights need 25 GPUs at TP 1, and SGLang's reserve (tp × pp / 8 GiB per GPU) stops
+    # TP 1 fitting a few stages later, so a search that doubles from the floor steps over the
+    # counts that fit. Every smaller count, with every split, is posted back and refused.
+    body = {
+        "model": "meta-llama/Llama-4-Scout-17B-16E",
+        "engine": "sglang",
+        "gpu": "l4",
+        "batch_size": 2,
+        "sequence_length": 4096,
+        "prompt_tokens": 1000,
+    }
+    answer = infer(api, body)
+    assert_consistent(answer)
+    count, layout = answer["fit"]["min_gpu_count"], answer["fit"]["min_gpu_layout"]
+    assert count is not None and post_back(api, body, answer)["fit"]["fits"]
+    for n in range(1, count):
+        for tp in (8, 4, 2, 1):
+            if n % tp == 0:
+                explicit = {**body, "tensor_parallel_size": tp, "pipeline_parallel_size": n // tp}
+                assert not infer(api, explicit)["fit"]["fits"], (tp, n // tp)
+    assert layout["tensor_parallel_size"] == max(
+        tp
+        for tp in (8, 4, 2, 1)
+        if count % tp == 0
+        and infer(api, {**body, "tensor_parallel_size": tp, "pipeline_parallel_size": count // tp})[
+            "fit"
+        ]["fits"]
+    )

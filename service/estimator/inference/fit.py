@@ -123,27 +123,35 @@ def search_min_gpu_count(req: InferenceRequest) -> tuple[int | None, Layout | No
     """The fewest GPUs (a runnable TP × PP split) on which the request fits, its layout, and a
     note when none was found.
 
-    Searched per tensor-parallel size, smallest first: within one TP size the fewest stages
-    that fit are found by :func:`_fewest_stages` (doubling, then a bisection over PP, checked
-    at the points it visits). Across TP sizes nothing is assumed: a
-    larger TP adds communicators a small GPU may not hold, so each size is searched, skipping
-    stage counts that cannot hold the weights (every weight sits on one GPU, so the most loaded
-    of n GPUs holds at least 1/n of the single-GPU weights) or would need more GPUs than the
-    best count found; a larger TP at an equal count replaces it (the engine prefers TP). A
-    request that fits on one GPU costs one setup. At most ``2 · log2(layers) + 1`` setups per
-    TP size. A MIG slice cannot span GPUs: one stage only.
+    No split of fewer GPUs than the weights floor can fit (every weight sits on one GPU, so
+    the most loaded of n GPUs holds at least 1/n of the single-GPU weights). Most requests fit
+    at the floor: one check of TP 1 there, then the largest TP that also fits at that count
+    (the engine prefers TP). Otherwise the search runs per tensor-parallel size, largest
+    first, each looking for the fewest stages (:func:`_fewest_stages`) below the best count
+    found so far, so an equal count keeps the larger TP found first; a large TP found early
+    also keeps the smaller ones to few stages, the cheap setups. Across TP sizes nothing is
+    assumed: a larger TP adds communicators a small GPU may not hold, so each size is
+    searched. At most ``2 · log2(layers) + 1`` setups per TP size. A MIG slice cannot span
+    GPUs: one stage only.
     """
     mem = req.gpu_memory_bytes
     assert mem is not None
     whole = setup_for(req, 1, 1).stages[0].weights
     floor_count = -(-whole // mem)
     max_pp = 1 if req.gpu is not None and req.gpu.is_mig else req.arch.num_layers
+    sizes = sorted(runnable_tensor_parallel_sizes(req), reverse=True)
+    at_floor = 1 in sizes and floor_count <= min(max_pp, MAX_MODEL_GPUS)
+    if at_floor and _fits_at(req, 1, floor_count, mem):
+        for tp in sizes:
+            stages = floor_count // tp
+            if floor_count % tp == 0 and stages <= max_pp and _fits_at(req, tp, stages, mem):
+                return floor_count, Layout(tp, stages), None
     best: tuple[int, Layout] | None = None
-    for tp in sorted(runnable_tensor_parallel_sizes(req)):
+    for tp in sizes:
         lo = max(1, -(-floor_count // tp))
         hi = min(max_pp, MAX_MODEL_GPUS // tp)
         if best is not None:
-            hi = min(hi, best[0] // tp)  # an equal count at this larger TP replaces the best
+            hi = min(hi, (best[0] - 1) // tp)  # an equal count keeps the larger TP found first
         pp = _fewest_stages(req, tp, lo, hi, mem)
         if pp is not None:
             best = (tp * pp, Layout(tp, pp))
