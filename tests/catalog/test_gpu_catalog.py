@@ -176,10 +176,22 @@ def test_every_record_names_its_sources(catalog: GpuCatalog) -> None:
             assert gpu.mig_source, gpu.id
 
 
+# An absolute filesystem path: a "/" that starts a word (not inside a URL or a relative
+# path such as "shared/validation") followed by a directory name and another "/".
+_LOCAL_PATH = re.compile(r"(?<![\w:/.~-])/[A-Za-z_][\w.-]*/")
+
+
 def test_no_record_carries_a_local_path(catalog: GpuCatalog) -> None:
     for gpu in catalog.all():
         text = " ".join(str(v) for v in gpu.model_dump().values())
-        assert "/work/" not in text and "/root/" not in text, gpu.id
+        assert _LOCAL_PATH.search(text) is None, (gpu.id, _LOCAL_PATH.search(text))
+
+
+def test_the_local_path_check_tells_paths_from_urls() -> None:
+    assert _LOCAL_PATH.search("read from /data/models/x.csv")
+    assert _LOCAL_PATH.search("(/srv/share/validation)")
+    assert not _LOCAL_PATH.search("https://github.com/vllm-project/vllm/issues/10511")
+    assert not _LOCAL_PATH.search("shared/validation vllm_v0.19_h100.csv; 79.19 GiB")
 
 
 def test_unmeasured_memory_says_so(catalog: GpuCatalog) -> None:
