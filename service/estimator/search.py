@@ -1,4 +1,5 @@
-"""Bounded searches for the inverse questions: the largest batch or sequence that still fits.
+"""Bounded searches for the inverse questions: the largest batch or sequence that still fits,
+the fewest pipeline stages that fit.
 
 Memory grows monotonically with batch size and sequence length, so a doubling phase followed by
 a bisection finds the boundary in O(log n) estimates; every search is capped in steps so no
@@ -40,6 +41,48 @@ def largest_true(predicate: Callable[[int], bool], lo: int, hi: int) -> int | No
         return good
     while bad - good > 1 and steps < MAX_SEARCH_STEPS:
         mid = (good + bad) // 2
+        steps += 1
+        if predicate(mid):
+            good = mid
+        else:
+            bad = mid
+    return good
+
+
+def smallest_true(
+    predicate: Callable[[int], bool], lo: int, hi: int, *, monotone: bool = True
+) -> int | None:
+    """The smallest n in [lo, hi] with predicate(n) true, or None.
+
+    Checked at ``lo`` first (the common answer). ``monotone``: true from some point on, so
+    one check at ``hi`` tells whether any n is, then a bisection. Otherwise the predicate may
+    turn false again above the answer: doubling from ``lo`` up to ``hi`` finds a true point
+    (a true stretch narrower than one doubling can be stepped over), then a bisection between
+    it and the last false one. Capped at :data:`MAX_SEARCH_STEPS` evaluations.
+    """
+    if lo > hi:
+        return None
+    if predicate(lo):
+        return lo
+    steps = 1
+    bad, good = lo, None
+    if monotone:
+        if lo < hi:
+            steps += 1
+            if predicate(hi):
+                good = hi
+    else:
+        while good is None and bad < hi and steps < MAX_SEARCH_STEPS:
+            probe = min(hi, bad * 2)
+            steps += 1
+            if predicate(probe):
+                good = probe
+            else:
+                bad = probe
+    if good is None:
+        return None
+    while good - bad > 1 and steps < MAX_SEARCH_STEPS:
+        mid = (bad + good) // 2
         steps += 1
         if predicate(mid):
             good = mid

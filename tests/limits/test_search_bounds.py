@@ -53,6 +53,33 @@ def test_largest_true_is_bounded_for_an_adversarial_predicate() -> None:
     assert predicate.calls <= STEP_CEILING
 
 
+@pytest.mark.parametrize("threshold", [1, 2, 7, 1000, 2**20 + 7, 10**12])
+@pytest.mark.parametrize("monotone", [True, False])
+def test_smallest_true_is_exact_and_bounded_for_monotone_predicates(
+    threshold: int, monotone: bool
+) -> None:
+    predicate = Counter(lambda n: n >= threshold)
+    assert search.smallest_true(predicate, 1, 10**12, monotone=monotone) == threshold
+    assert predicate.calls <= STEP_CEILING
+
+
+def test_smallest_true_finds_a_stretch_that_ends_below_the_top() -> None:
+    # True on [25, 31] only (SGLang: fewer stages hold too many weights, more stages too much
+    # reserve). A check at the top (80) says "none". Doubling from 13 probes 26 (true), and
+    # the bisection between 13 and 26 gives 25; from 3 it probes 6, 12, 24, 48, 80 and steps
+    # over the stretch.
+    window = Counter(lambda n: 25 <= n <= 31)
+    assert search.smallest_true(window, 13, 80, monotone=False) == 25
+    assert search.smallest_true(window, 13, 80, monotone=True) is None
+    assert search.smallest_true(window, 3, 80, monotone=False) is None  # the documented limit
+
+
+def test_smallest_true_is_bounded_for_an_adversarial_predicate() -> None:
+    predicate = Counter(lambda n: n % 3 == 0 and n > 10**9)
+    search.smallest_true(predicate, 1, 10**18, monotone=False)
+    assert predicate.calls <= STEP_CEILING
+
+
 EXTREMES = [
     {
         "model": "meta-llama/Llama-3.1-8B-Instruct",

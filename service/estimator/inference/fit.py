@@ -30,7 +30,7 @@ from service.estimator.inference.verdict import Verdict, judge, runnable_tensor_
 from service.estimator.memo import cached
 from service.estimator.parallel import MAX_GPU_COUNT, Layout
 from service.estimator.result import Fit, FitReason
-from service.estimator.search import MAX_SEARCH_STEPS
+from service.estimator.search import MAX_SEARCH_STEPS, smallest_true
 
 __all__ = ["MAX_SCAN_SETUPS", "fit_inference", "min_gpu_count", "runnable_splits"]
 
@@ -75,38 +75,12 @@ def _fits_at(req: InferenceRequest, tp: int, pp: int, mem: int) -> bool:
 
 
 def _fewest_stages(req: InferenceRequest, tp: int, lo: int, hi: int, mem: int) -> int | None:
-    """The fewest pipeline stages in [lo, hi] at which ``tp`` fits.
-
-    Checked at ``lo`` first (most requests fit there, and nothing is fewer). More stages take
-    layers off each GPU, so for most engines fitting is monotone in the stage count: one
-    check at ``hi`` (if even that fails, nothing fits), then a bisection. An engine whose
+    """The fewest pipeline stages in [lo, hi] at which ``tp`` fits. More stages take layers
+    off each GPU, so for most engines fitting is monotone in the stage count; an engine whose
     per-GPU reserve grows with TP × PP (SGLang) can stop fitting at the most stages where
-    fewer fit, so there the search doubles the stage count from ``lo`` up to ``hi`` and
-    bisects between the last count that failed and the first that fitted. At most
-    ``2 · log2(hi) + 1`` checks."""
-    if lo > hi:
-        return None
-    if _fits_at(req, tp, lo, mem):
-        return lo
-    bad, good = lo, None
-    if get_engine(req.engine).reserve_grows_with_gpus:
-        while good is None and bad < hi:
-            step = min(hi, bad * 2)
-            if _fits_at(req, tp, step, mem):
-                good = step
-            else:
-                bad = step
-    elif lo < hi and _fits_at(req, tp, hi, mem):
-        good = hi
-    if good is None:
-        return None
-    while good - bad > 1:
-        mid = (bad + good) // 2
-        if _fits_at(req, tp, mid, mem):
-            good = mid
-        else:
-            bad = mid
-    return good
+    fewer fit (:func:`~service.estimator.search.smallest_true` then doubles from ``lo``)."""
+    monotone = not get_engine(req.engine).reserve_grows_with_gpus
+    return smallest_true(lambda pp: _fits_at(req, tp, pp, mem), lo, hi, monotone=monotone)
 
 
 def min_gpu_count(req: InferenceRequest) -> tuple[int | None, Layout | None, str | None]:
@@ -139,15 +113,13 @@ def search_min_gpu_count(req: InferenceRequest) -> tuple[int | None, Layout | No
     whole = setup_for(req, 1, 1).stages[0].weights
     floor_count = -(-whole // mem)
     max_pp = 1 if req.gpu is not None and req.gpu.is_mig else req.arch.num_layers
-    sizes = sorted(runnable_tensor_parallel_sizes(req), reverse=True)
-    at_floor = 1 in sizes and floor_count <= min(max_pp, MAX_MODEL_GPUS)
-    if at_floor and _fits_at(req, 1, floor_count, mem):
-        for tp in sizes:
-            stages = floor_count // tp
-            if floor_count % tp == 0 and stages <= max_pp and _fits_at(req, tp, stages, mem):
+    if floor_count <= min(max_pp, MAX_MODEL_GPUS) and _fits_at(req, 1, floor_count, mem):
+        # TP 1 fits at the floor: the largest TP that fits at that count (TP 1 at the least).
+        for tp, stages in runnable_splits(req, floor_count):
+            if tp == 1 or _fits_at(req, tp, stages, mem):
                 return floor_count, Layout(tp, stages), None
     best: tuple[int, Layout] | None = None
-    for tp in sizes:
+    for tp in sorted(runnable_tensor_parallel_sizes(req), reverse=True):
         lo = max(1, -(-floor_count // tp))
         hi = min(max_pp, MAX_MODEL_GPUS // tp)
         if best is not None:
