@@ -2,11 +2,12 @@
 
 An estimate walks the model's layers a bounded number of times: every inverse question is a
 search capped at ``MAX_SEARCH_STEPS`` evaluations (service/estimator/search.py) and the
-minimum-GPU search builds at most log2(layers) + 2 setups per TP size (inference/fit.py), so
+minimum-GPU search builds at most 2 · log2(layers) + 1 setups per TP size (inference/fit.py), so
 the work of one item grows with its layer count and nothing else that a request controls. A
 batch's cost is therefore the sum of its items' layer counts (items × layers, searches being a
 bounded factor), read from the request before any estimate runs: a posted config's layer
-count (under any name the config reader accepts) or a catalog model's. A batch over
+count (under any name the config reader accepts) or a named model's (the store's, a catalog
+GGUF repository's or a catalog model's, as the estimate resolves it). A batch over
 ``LLMMEM_BATCH_COST_BUDGET`` is refused up front (413, naming the budget); one within it still
 runs under the request deadline, and items not reached by then are answered with a 503
 problem each (service/api/routes/estimates.py).
@@ -18,7 +19,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from service.catalog.model_catalog import ModelCatalog
+from service.estimator.errors import EstimatorError
 from service.estimator.model.config_reader import ALIASES, Bounds
+from service.model_store import StoreIndex
 
 __all__ = ["BatchOverBudget", "batch_cost", "item_cost"]
 
@@ -48,8 +51,26 @@ def _layers_in(config: Mapping[str, Any]) -> int | None:
     return None
 
 
-def item_cost(request: Mapping[str, Any], models: ModelCatalog) -> int:
-    """Layers one estimate request walks: its posted config's or its catalog model's; 1 when
+def _named_layers(model: str, models: ModelCatalog, store: StoreIndex | None) -> int | None:
+    """The layers of a named model, looked up in the order the estimate resolves it
+    (service/api/resolve.py: the store shadows the catalog; then GGUF files, then models)."""
+    found = store.get(model) if store is not None else None
+    if found is not None:
+        return found.architecture.num_layers
+    try:
+        gguf = models.gguf_file(model)
+    except EstimatorError:  # a tag the repository lacks: the item fails on its own
+        gguf = None
+    if gguf is not None:
+        return gguf[0].architecture.num_layers
+    name = model.strip()
+    return models.get(name).architecture.num_layers if name in models else None
+
+
+def item_cost(
+    request: Mapping[str, Any], models: ModelCatalog, store: StoreIndex | None = None
+) -> int:
+    """Layers one estimate request walks: its posted config's or its named model's; 1 when
     it names neither (the simple estimator, or an item that will fail validation)."""
     config = request.get("hf_config")
     if isinstance(config, Mapping):
@@ -59,10 +80,12 @@ def item_cost(request: Mapping[str, Any], models: ModelCatalog) -> int:
                 return layers
         return _layers_in(config) or 1
     model = request.get("model")
-    if isinstance(model, str) and model in models:
-        return models.get(model).architecture.num_layers
+    if isinstance(model, str):
+        return _named_layers(model, models, store) or 1
     return 1
 
 
-def batch_cost(requests: Iterable[Mapping[str, Any]], models: ModelCatalog) -> int:
-    return sum(item_cost(r, models) for r in requests)
+def batch_cost(
+    requests: Iterable[Mapping[str, Any]], models: ModelCatalog, store: StoreIndex | None = None
+) -> int:
+    return sum(item_cost(r, models, store) for r in requests)

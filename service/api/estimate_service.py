@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from service.api.convert import finetune_request, inference_request
 from service.api.metrics import Metrics
@@ -37,7 +38,13 @@ MAX_WIRE_INTEGER = 2**63 - 1
 class Catalogs:
     models: ModelCatalog
     gpus: GpuCatalog
-    store: StoreIndex | None = None  # the model store's current index (shadows `models`)
+    store: StoreIndex | None  # the model store's current index (shadows `models`)
+
+
+def app_catalogs(state: Any) -> Catalogs:
+    """The catalogs a request resolves against, from the app state (read per request: the
+    store's index is replaced by each rescan)."""
+    return Catalogs(state.model_catalog, state.gpu_catalog, state.model_store.index)
 
 
 def run_estimate(

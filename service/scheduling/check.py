@@ -133,7 +133,7 @@ def prepare(plan: Plan, catalogs: Catalogs) -> Prepared | ReadProblem:
         field = ".".join(str(p) for p in first.get("loc", ()))
         return ReadProblem(_field_source(plan, field), str(first.get("msg", "invalid value")))
     try:
-        model = resolve_model(body, catalogs.models)
+        model = resolve_model(body, catalogs.models, catalogs.store)
         return Prepared(plan, body, model, inference_request(body))
     except EstimatorError as exc:
         return _problem(plan, exc)

@@ -3,6 +3,7 @@ deadline: refused up front over budget, per-item 503 problems past the deadline.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -36,12 +37,36 @@ def _config(**layers: Any) -> dict[str, Any]:
         # Published shapes: Llama 3.1 8B has 32 decoder layers, Qwen2.5-7B 28.
         ({"model": "meta-llama/Llama-3.1-8B-Instruct"}, 32),
         ({"model": "Qwen/Qwen2.5-7B-Instruct"}, 28),
+        ({"model": " meta-llama/Llama-3.1-8B-Instruct "}, 32),  # resolved as the estimate does
+        # A catalog GGUF file: Llama 3.2 1B has 16 decoder layers.
+        ({"model": "bartowski/Llama-3.2-1B-Instruct-GGUF:Q4_K_M"}, 16),
     ],
 )
 def test_item_cost_is_the_layer_count_the_request_names(
     request_body: dict[str, Any], expected: int
 ) -> None:
     assert cost.item_cost(request_body, MODELS) == expected
+
+
+class _Store:
+    """A store index holding one model of ``layers`` layers under ``model_id``."""
+
+    def __init__(self, model_id: str, layers: int) -> None:
+        self.model_id, self.layers = model_id, layers
+
+    def get(self, model_id: str) -> Any:
+        if model_id.strip().lower() != self.model_id.lower():
+            return None
+        return SimpleNamespace(architecture=SimpleNamespace(num_layers=self.layers))
+
+
+def test_a_store_model_costs_its_own_layers_and_shadows_the_catalog() -> None:
+    store: Any = _Store("meta-llama/Llama-3.1-8B-Instruct", 80)
+    assert cost.item_cost({"model": "meta-llama/Llama-3.1-8B-Instruct"}, MODELS, store) == 80
+    assert cost.item_cost({"model": "Qwen/Qwen2.5-7B-Instruct"}, MODELS, store) == 28
+    store_only: Any = _Store("local/deep-model", 1024)
+    items = [{"model": "local/deep-model"}] * 3
+    assert cost.batch_cost(items, MODELS, store_only) == 3 * 1024
 
 
 def test_batch_cost_sums_its_items() -> None:

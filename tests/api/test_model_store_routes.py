@@ -54,11 +54,12 @@ def test_readiness_reports_the_store(store_client: TestClient) -> None:
     assert body["status"] == "ready"
     assert body["store"] == {
         "enabled": True,
-        "scans": body["store"]["scans"],
+        "scans": body["store"]["scans"],  # how many rescans have run: compared below
         "models": 4,
         "skipped": 0,
         "complete": True,
     }
+    assert body["store"]["scans"] >= 1  # the fixture waited for the first scan
 
 
 def test_store_models_are_listed_with_where_they_were_found(
@@ -95,6 +96,25 @@ def test_a_store_model_resolves_in_both_estimates(
         "/v1/estimate/finetune", json={"model": "acme/tiny-llama", "method": "lora"}
     )
     assert r.status_code == 200, r.text
+
+
+def test_a_store_model_resolves_in_a_preflight_as_in_an_estimate(
+    store_client: TestClient,
+) -> None:
+    # The scheduler-facing endpoints resolve models as the estimates do: the store's first,
+    # shadowing the catalog entry of the same id (meta-llama/Llama-3.2-1B is the tiny model,
+    # far smaller than the catalog's 1B).
+    for model in ("acme/tiny-llama", "meta-llama/Llama-3.2-1B"):
+        r = store_client.post("/v1/preflight", json={"command": f"vllm serve {model}", "gpu": "l4"})
+        assert r.status_code == 200, r.text
+        (result,) = r.json()["results"]
+        explicit = store_client.post(
+            "/v1/estimate/inference", json={"model": model, "engine": "vllm", "gpu": "l4"}
+        ).json()
+        assert any("from the store" in a for a in explicit["assumptions"]), model
+        breakdown = result["estimate"]["per_gpu"]["breakdown"]
+        assert breakdown == explicit["per_gpu"]["breakdown"], model
+        assert breakdown["weights"] < 10**6, model  # the tiny model, not the catalog's 1B
 
 
 def test_header_bytes_replace_the_config_count_and_say_so(

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from service.api.bodies import documented_body, parse_body
 from service.api.concurrency import Cancelled, checkpoint, run_on_body
 from service.api.cost import BatchOverBudget, batch_cost
-from service.api.estimate_service import Catalogs, Observation, run_estimate
+from service.api.estimate_service import Catalogs, Observation, app_catalogs, run_estimate
 from service.api.metrics import Metrics
 from service.api.problems import (
     KINDS,
@@ -51,8 +51,7 @@ _BODIES: dict[str, type[EstimateBody]] = {
 def _catalogs(request: Request) -> Catalogs:
     # Straight from the app state, not as FastAPI dependencies: solving two dependencies cost
     # more per request than the estimate (bench/profile.txt).
-    state = request.app.state
-    return Catalogs(state.model_catalog, state.gpu_catalog, state.model_store.index)
+    return app_catalogs(request.app.state)
 
 
 def _estimate(
@@ -120,7 +119,7 @@ async def estimate_batch(request: Request) -> Response:
 def _batch(raw: bytes, catalogs: Catalogs, metrics: Metrics, budget: int, path: str) -> bytes:
     """Parse, check the cost, answer and serialize a batch; runs on a pool thread."""
     body = parse_body(raw, BatchRequest)
-    cost = batch_cost((item.request for item in body.items), catalogs.models)
+    cost = batch_cost((item.request for item in body.items), catalogs.models, catalogs.store)
     if cost > budget:
         raise BatchOverBudget(cost, budget)
     results = _answer_items(body.items, catalogs, metrics, path)

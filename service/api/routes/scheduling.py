@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
 from service.api.concurrency import run_cpu_bound
-from service.api.estimate_service import Catalogs
+from service.api.estimate_service import Catalogs, app_catalogs
 from service.api.problems import problem_responses
 from service.api.schemas.scheduling import (
     ADMISSION_REQUEST_SCHEMA,
@@ -34,8 +34,7 @@ router = APIRouter(tags=["scheduling"])
 
 
 def _catalogs(request: Request) -> Catalogs:
-    state = request.app.state
-    return Catalogs(state.model_catalog, state.gpu_catalog)
+    return app_catalogs(request.app.state)
 
 
 def _default(value: object) -> Any:
