@@ -66,7 +66,8 @@ def resolve_model(
     return ModelSpec.from_count(int(body.parameter_count), int(active) if active else None)
 
 
-_preset_weights = lru_cache(maxsize=256)(gguf_weights_for_preset)
+# In the estimator's one byte-budgeted cache: a preset's tensor list is large.
+_preset_weights = memoized(gguf_weights_for_preset)
 
 
 def _gguf_model(entry: ModelEntry, tag: str, file: str) -> ModelSpec:

@@ -203,6 +203,7 @@ class _Raw:
     record: Mapping[str, Any]
     where: str
     file: str
+    gguf: GgufRepo | None = None  # the record's GGUF files, read and checked once
 
     @property
     def id(self) -> str:
@@ -249,11 +250,12 @@ def _read(record: Any, where: str, file: str) -> _Raw:
         drop = record.get("config_drop", [])
         if not isinstance(drop, list) or not all(isinstance(k, str) and k for k in drop):
             raise CatalogError(f"{where}: config_drop must be a list of config keys")
+    gguf = None
     if "gguf" in record:
         if "base" not in record:
             raise CatalogError(f"{where}: a gguf repository names its base record")
-        _read_gguf(record["gguf"], where)
-    return _Raw(record=record, where=where, file=file)
+        gguf = _read_gguf(record["gguf"], where)
+    return _Raw(record=record, where=where, file=file, gguf=gguf)
 
 
 def _read_gguf(gguf: Any, where: str) -> GgufRepo:
@@ -349,9 +351,8 @@ def _entries(raws: Mapping[str, _Raw]) -> list[ModelEntry]:
             raise CatalogError(
                 f"{raw.where}: dtype {dtype!r} disagrees with the config's {arch.dtype!r}"
             )
-        gguf = None
-        if "gguf" in record:
-            gguf = _read_gguf(record["gguf"], raw.where)
+        gguf = raw.gguf
+        if gguf is not None:
             try:
                 quant_model(arch)
             except EstimatorError as exc:
