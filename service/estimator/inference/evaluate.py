@@ -33,7 +33,6 @@ __all__ = [
     "fits",
     "fits_from",
     "max_sequences",
-    "per_gpu",
     "required_from",
     "stage_costs",
     "stage_figures",
@@ -66,7 +65,7 @@ def stage_costs(setup: ServingSetup, seq_len: int, prompt: int) -> Costs:
 
 
 def required_from(setup: ServingSetup, costs: Costs, seqs: int) -> int:
-    """:func:`required` from the stages' :func:`stage_costs`: the most loaded GPU's bytes."""
+    """The most loaded GPU's bytes, from the stages' :func:`stage_costs`."""
     overhead = setup.overhead.total
     return max(
         st.weights + st.fixed_kv + seqs * kv + st.fixed_activation + seqs * act + overhead
@@ -75,23 +74,13 @@ def required_from(setup: ServingSetup, costs: Costs, seqs: int) -> int:
 
 
 def fits_from(setup: ServingSetup, costs: Costs, usable: int, seqs: int) -> bool:
-    """:func:`fits` from the stages' :func:`stage_costs`."""
-    for st, (kv, act) in zip(setup.stages, costs, strict=True):
-        if st.base > usable or st.base + seqs * (kv + act) > usable:
-            return False
-    return True
-
-
-def per_gpu(setup: ServingSetup, seqs: int, seq_len: int, prompt: int) -> tuple[int, int, int, int]:
-    """Components of the most loaded GPU."""
-    return max(
-        (stage_components(setup, st, seqs, seq_len, prompt) for st in setup.stages),
-        key=sum,
+    """Whether every GPU holds the workload, from the stages' :func:`stage_costs`: the
+    per-stage static part plus ``seqs`` times what one sequence adds (costs are never
+    negative, so a static part over ``usable`` fails too)."""
+    return all(
+        st.base + seqs * (kv + act) <= usable
+        for st, (kv, act) in zip(setup.stages, costs, strict=True)
     )
-
-
-def required(setup: ServingSetup, seqs: int, seq_len: int, prompt: int) -> int:
-    return sum(per_gpu(setup, seqs, seq_len, prompt))
 
 
 def max_sequences(setup: ServingSetup, usable: int, seq_len: int, prompt: int, cap: int) -> int:
@@ -109,15 +98,8 @@ def max_sequences(setup: ServingSetup, usable: int, seq_len: int, prompt: int, c
 
 
 def fits(setup: ServingSetup, usable: int, seqs: int, seq_len: int, prompt: int) -> bool:
-    """Whether every GPU holds the workload: the per-stage static part plus `seqs` times what
-    one sequence adds."""
-    for st in setup.stages:
-        if st.base > usable:
-            return False
-        kv, act = setup.engine.sequence_cost(setup, st, seq_len, prompt)
-        if st.base + seqs * (kv + act) > usable:
-            return False
-    return True
+    """:func:`fits_from` at this sequence length and prompt."""
+    return fits_from(setup, stage_costs(setup, seq_len, prompt), usable, seqs)
 
 
 def check_length(setup: ServingSetup, seq_len: int) -> None:
@@ -136,10 +118,9 @@ def estimate_inference(req: InferenceRequest) -> Estimate:
     setup = setup_for(req)
     seqs, seq_len, prompt = req.sequences, req.seq_len, req.prompt
     check_length(setup, seq_len)
-    totals = [0, 0, 0, 0]
-    for st in setup.stages:
-        for i, value in enumerate(stage_components(setup, st, seqs, seq_len, prompt)):
-            totals[i] += value * setup.tp
+    # Each stage's components once: summed over the GPUs, and the most loaded GPU's.
+    stages = [stage_components(setup, st, seqs, seq_len, prompt) for st in setup.stages]
+    totals = [sum(values) * setup.tp for values in zip(*stages, strict=True)]
     assumptions = list(setup.assumptions)
     details: dict[str, int | float | str | bool | None] = {
         "weight_format": setup.weight_format,
@@ -167,9 +148,7 @@ def estimate_inference(req: InferenceRequest) -> Estimate:
         kind="inference",
         estimator="detailed",
         total=MappingProxyType(dict(zip(COMPONENTS, totals, strict=True))),
-        per_gpu=MappingProxyType(
-            dict(zip(COMPONENTS, per_gpu(setup, seqs, seq_len, prompt), strict=True))
-        ),
+        per_gpu=MappingProxyType(dict(zip(COMPONENTS, max(stages, key=sum), strict=True))),
         gpu_count=setup.tp * setup.pp,
         assumptions=tuple(dict.fromkeys(assumptions)),
         capacity=capacity,
