@@ -77,6 +77,13 @@ def test_gguf_bytes_per_layer_match_what_was_written(tmp_path: Path) -> None:
     q = 256 * 256 // 32 * 34
     assert q + 8 * 34 == 69904
     assert cuda_alloc_bytes(gguf.GGMLQuantizationType.Q8_0, 256 * 256, 256) == 547 * 128
+    # What the file puts on the GPU, tensor by tensor as above (Q8_0 matrices padded and
+    # aligned, f32 norms aligned): the embedding (320 × 256: 87040 + 272 -> 683 × 128), the
+    # Q6_K output (320 × 256: 210 bytes per 256, 67200 + 210 -> 527 × 128), the f32 norm.
+    assert w.token_embd_cuda == 683 * 128
+    assert w.output_cuda == 527 * 128
+    assert w.output_norm_cuda == 256 * 4
+    assert w.layers_cuda[0] == w.layers_cuda[1] >= layer0
     assert model.config["num_hidden_layers"] == 2
     assert model.config["hidden_size"] == 256
     assert model.config["num_key_value_heads"] == 2

@@ -172,6 +172,11 @@ def test_cpu_layers_keep_their_kv_in_host_memory() -> None:
     per_layer_kv = 1024 * 2 * (2 * 64 * 2)
     assert e.per_gpu["kv_cache"] == per_layer_kv
     assert e.cpu_bytes >= 500 + 1000 + 2000 + 2 * per_layer_kv
+    # Exactly: the host weights, the CPU layers' KV and the host compute buffer, which holds
+    # the graph inputs of one micro-batch (n_ubatch 512 by default): the embedded tokens in
+    # f32 (256 wide) and the f32 attention mask over the 1024 KV cells.
+    host_compute = 256 * 512 * 4 + 1024 * 512 * 4
+    assert e.cpu_bytes == 500 + 1000 + 2000 + 2 * per_layer_kv + host_compute
 
 
 def test_converted_checkpoint_in_bf16() -> None:
