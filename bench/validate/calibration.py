@@ -21,7 +21,7 @@ measures are listed as such. Rows are evaluated with the value overridden
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -145,29 +145,33 @@ class Result:
     note: str
 
 
+def _left_out(
+    lines: list[_Linear], names: tuple[str, ...], group: Callable[[int, _Linear], Hashable]
+) -> list[tuple[str, float]]:
+    """Each group's rows checked at the values refitted on every other group's (a group the
+    others cannot determine is skipped), in the rows' order within each group."""
+    keys = [group(i, ln) for i, ln in enumerate(lines)]
+    errors: list[tuple[str, float]] = []
+    for key in dict.fromkeys(keys):
+        values = _fit([ln for ln, k in zip(lines, keys, strict=True) if k != key], names)
+        if values is None:
+            continue
+        errors += [
+            (ln.row.id, _error(_evaluate(ln.row, values), ln.row.measured))
+            for ln, k in zip(lines, keys, strict=True)
+            if k == key
+        ]
+    return errors
+
+
 def run(check: Check) -> Result:
     names = check.names
     base = _registered(names)
     lines = [_linearize(r, names) for r in check.fitted]
     informative = [ln for ln in lines if any(s != 0 for s in ln.slopes)]
     in_sample = [(ln.row.id, _error(ln.f0, ln.row.measured)) for ln in informative]
-    loo = []
-    for i, ln in enumerate(informative):
-        values = _fit(informative[:i] + informative[i + 1 :], names)
-        if values is None:
-            continue
-        loo.append((ln.row.id, _error(_evaluate(ln.row, values), ln.row.measured)))
-    lomo = []
-    for model in dict.fromkeys(ln.row.model or ln.row.id for ln in informative):
-        rest = [ln for ln in informative if (ln.row.model or ln.row.id) != model]
-        values = _fit(rest, names)
-        if values is None:
-            continue
-        lomo += [
-            (ln.row.id, _error(_evaluate(ln.row, values), ln.row.measured))
-            for ln in informative
-            if (ln.row.model or ln.row.id) == model
-        ]
+    loo = _left_out(informative, names, lambda i, ln: i)
+    lomo = _left_out(informative, names, lambda i, ln: ln.row.model or ln.row.id)
     held_out = [(r.id, _error(_evaluate(r, base), r.measured)) for r in check.held_out]
     return Result(names, base, _fit(informative, names), in_sample, loo, lomo, held_out, check.note)
 
