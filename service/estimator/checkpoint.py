@@ -60,7 +60,6 @@ class CheckpointWeights:
 
     format: str  # "safetensors" | "gguf"
     components: tuple[tuple[str, int], ...]
-    index_total_bytes: int | None = None  # model.safetensors.index.json metadata.total_size
     gguf: GgufWeights | None = None
 
     @property

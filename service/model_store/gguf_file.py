@@ -114,7 +114,6 @@ class GgufModel:
     config: dict[str, Any]
     weights: GgufWeights
     file_type: str | None  # from general.file_type
-    metadata_bytes: int
 
 
 def _read_exact(f: Any, n: int) -> bytes:
@@ -219,9 +218,8 @@ def read_gguf(paths: Sequence[str | os.PathLike[str]], cap: int = MAX_METADATA_B
     """Read one model from its GGUF file(s) (the split parts in order; metadata from the
     first). Tensor bytes are the tensor infos' (``n_elements / block · type_size``)."""
     readers = []
-    total_meta = 0
     for p in paths:
-        total_meta += metadata_size(p, cap)
+        metadata_size(p, cap)  # refuses a file whose metadata exceeds the cap, before reading
         try:
             readers.append(GGUFReader(p))
         except (ValueError, KeyError, IndexError, TypeError) as exc:
@@ -283,7 +281,7 @@ def read_gguf(paths: Sequence[str | os.PathLike[str]], cap: int = MAX_METADATA_B
         types=tuple(sorted(types.items())),
     )
     config = _config(first, arch, names, vocab)
-    return GgufModel(arch, config, weights, file_type, total_meta)
+    return GgufModel(arch, config, weights, file_type)
 
 
 def _file_type(reader: GGUFReader) -> str | None:

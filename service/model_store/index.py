@@ -73,7 +73,6 @@ class StoreEntry:
     format: str  # "safetensors" | "gguf" | "config"
     architecture: Architecture
     counts: ParameterCounts
-    config: Mapping[str, Any]
     checkpoint: CheckpointWeights | None
     notes: tuple[str, ...] = ()
 
@@ -165,7 +164,7 @@ def _component(name: str, num_layers: int) -> str:
 
 
 def _safetensors_entry(
-    scan: _Scan, model: ModelDir, root_index: int, config: Mapping[str, Any], arch: Architecture
+    scan: _Scan, model: ModelDir, arch: Architecture
 ) -> tuple[CheckpointWeights | None, list[str]]:
     notes: list[str] = []
     names = sorted(n for n in model.files if n.endswith(".safetensors") and "/" not in n)
@@ -198,9 +197,7 @@ def _safetensors_entry(
             f"model.safetensors.index.json gives total_size {index_total} bytes, the headers "
             f"{header_total}: the headers are used"
         )
-    checkpoint = CheckpointWeights(
-        "safetensors", tuple(sorted(components.items())), index_total_bytes=index_total
-    )
+    checkpoint = CheckpointWeights("safetensors", tuple(sorted(components.items())))
     return checkpoint, notes
 
 
@@ -245,7 +242,7 @@ def _hf_entry(scan: _Scan, model: ModelDir, root_index: int, config_path: Path) 
         arch = read_config(config)
     except EstimatorError as exc:
         raise _ModelSkip(f"config.json: {exc.detail}") from None
-    checkpoint, notes = _safetensors_entry(scan, model, root_index, config, arch)
+    checkpoint, notes = _safetensors_entry(scan, model, arch)
     return StoreEntry(
         id=model.id,
         root_index=root_index,
@@ -254,7 +251,6 @@ def _hf_entry(scan: _Scan, model: ModelDir, root_index: int, config_path: Path) 
         format="safetensors" if checkpoint else "config",
         architecture=arch,
         counts=count_parameters(arch),
-        config=MappingProxyType(config),
         checkpoint=checkpoint,
         notes=tuple(notes),
     )
@@ -293,7 +289,6 @@ def _gguf_entry(
         format="gguf",
         architecture=arch,
         counts=count_parameters(arch),
-        config=MappingProxyType(read.config),
         checkpoint=checkpoint,
         notes=notes,
     )
