@@ -212,8 +212,7 @@ class CpuPool:
             raise
 
     def _release(self, future: asyncio.Future[Any]) -> None:
-        self.admitted -= 1
-        self._gauge()
+        self.release_reservation()
         if not future.cancelled():
             future.exception()  # retrieved: an abandoned piece of work logs no warning
 

@@ -112,7 +112,11 @@ class _Placed:
 
     stages: tuple[range, ...]
     cpu_layers: range
-    output_on_gpu: bool
+
+    @property
+    def output_on_gpu(self) -> bool:
+        """The output layer is offloaded first: on a GPU whenever any layer is."""
+        return bool(self.stages)
 
 
 def _offload(n_layer: int, n_gpu_layers: int, pp: int) -> _Placed:
@@ -120,7 +124,7 @@ def _offload(n_layer: int, n_gpu_layers: int, pp: int) -> _Placed:
     start = max(n_layer + 1 - n, 0)
     on_gpu = n_layer - start
     if n == 0:
-        return _Placed((), range(0, n_layer), False)
+        return _Placed((), range(0, n_layer))
     # Contiguous runs, the first GPUs taking one more layer; with more GPUs than offloaded
     # layers the last ones hold only what every GPU holds (llama.cpp gives out whole layers).
     stages = []
@@ -129,7 +133,7 @@ def _offload(n_layer: int, n_gpu_layers: int, pp: int) -> _Placed:
         count = on_gpu // pp + (1 if g < on_gpu % pp else 0)
         stages.append(range(first, first + count))
         first += count
-    return _Placed(tuple(stages), range(0, start), True)
+    return _Placed(tuple(stages), range(0, start))
 
 
 def gguf_weights_from_architecture(arch: Architecture, weight_format: str) -> GgufWeights:
@@ -331,7 +335,7 @@ class LlamaCppEngine(Engine):
         elif values["kv_unified"] is None:
             out["kv_unified"] = False
         if values["n_outputs_max"] is None:
-            out["n_outputs_max"] = values["n_parallel"] or out.get("n_parallel", 4)
+            out["n_outputs_max"] = values["n_parallel"] or out["n_parallel"]
         return out
 
     def valid_tensor_parallel_sizes(self, arch: Architecture) -> tuple[int, ...]:
