@@ -83,7 +83,7 @@ def derived_max_model_len(arch: Architecture, line: VllmLine = NEWEST) -> int:
     if kind == "longrope" and arch.original_max_position_embeddings and line.longrope_original:
         return arch.original_max_position_embeddings
     if (
-        line.name == "0.6.4"
+        line.hybrid_window_caps_length
         and arch.sliding_window
         and 0 < arch.num_sliding_layers < len(arch.layer_types)
     ):
@@ -102,7 +102,7 @@ def engine_line(version: str, gpu: GpuSpec | None, dtype: str = "auto") -> VllmL
     """The line whose accounting runs: 0.8.x falls back to its V0 engine on GPUs below compute
     capability 8.0 and for float32 (``EngineArgs._is_v1_supported_oracle``, v0.8.5, v0.9.1)."""
     line, _ = line_for(version)
-    if line.name in ("0.8.5", "0.9.1"):
+    if line.v0_fallback:
         cc = gpu.compute_capability if gpu is not None else None
         if (cc is not None and cc < (8, 0)) or DTYPES.get(dtype) == "fp32":
             return _V0_FALLBACK
@@ -116,7 +116,7 @@ def batch_defaults(
     if line.batch == "v0":
         seqs = 256 if seqs_given is None else int(seqs_given)
         if max_model_len > V0_CHUNKED_ABOVE and ctx.architecture.vision is None:
-            return (512 if line.name == "0.6.4" else 2048), seqs
+            return line.v0_chunked_tokens, seqs
         return max(max_model_len, 2048), seqs
     mem = ctx.gpu_memory_bytes
     name = ctx.gpu.name.lower() if ctx.gpu is not None else ""

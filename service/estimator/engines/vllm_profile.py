@@ -92,7 +92,6 @@ _SAMPLER_BYTES["flashinfer"] = 12.0
 # below 0.2.3 only) samples from probabilities: the fp32 copy (4) and its softmax (4), then
 # ``top_k_top_p_sampling_from_probs`` with a [32, R] uniform-sample tensor and no [R, V] buffer.
 _FLASHINFER_FROM_PROBS = 8.0
-_FLASHINFER_FROM_PROBS_LINES = ("0.8.5",)
 
 #: ``sampler`` engine option values: ``auto`` runs the line's own sampler.
 SAMPLER_CHOICES = ("auto", "flashinfer")
@@ -222,7 +221,7 @@ def profile_peak(
         forward = c.dtype_bytes * HIDDEN_TENSORS * arch.hidden_size * t + transient
         kind = "flashinfer" if flashinfer else line.sampler
         per_logit = c.dtype_bytes + _SAMPLER_BYTES[kind]
-        if flashinfer and line.name in _FLASHINFER_FROM_PROBS_LINES:
+        if flashinfer and line.flashinfer_from_probs:
             per_logit = c.dtype_bytes + _FLASHINFER_FROM_PROBS
         buffer = 0.0
         if kind in ("triton", "v2"):
@@ -237,13 +236,13 @@ def profile_peak(
         limit = DEFAULT_MM_LIMIT if mm_limit is None else mm_limit
         tok = v.tokens_per_image
         budget = max(t, tok)
-        if line.name in ("0.8.5", "0.9.1"):
+        if line.encoder_items_per_prompt:
             per_prompt = max(1, min(limit, -(-max_model_len // tok)))
             items = max(1, min(-(-budget // tok), max_num_seqs * per_prompt))
         else:
             items = encoder_items(tok, t, max_num_seqs, max_model_len, limit)
         pixels = items * v.num_channels * v.image_size**2 * 4
-        out_rows = budget if line.name == "0.11.2" else tok
+        out_rows = budget if line.encoder_output_spans_budget else tok
         outputs = items * out_rows * v.projector_out * c.dtype_bytes
         held += pixels + outputs
         notes.append(

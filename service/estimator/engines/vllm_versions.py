@@ -87,6 +87,20 @@ class VllmLine:
     longrope_original: bool = True
     yarn_scales: bool = True
     fp32_to_fp16: bool = False  # --dtype auto: float32 checkpoints run in fp16 (<= 0.8.5)
+    # V0 with chunked prefill (above 32768 tokens): the tokens of one profiled batch.
+    v0_chunked_tokens: int = 2048
+    # 0.8-0.9: V1 falls back to the V0 engine below compute capability 8.0 and for float32
+    # (EngineArgs._is_v1_supported_oracle).
+    v0_fallback: bool = False
+    # 0.8-0.9: the encoder profile fills max_num_seqs prompts of up to max_model_len tokens
+    # with images (gpu_model_runner.profile_run), later lines size it by the encoder budget.
+    encoder_items_per_prompt: bool = False
+    # 0.8.5: FlashInfer samples from probabilities (topk_topp_sampler.forward_cuda).
+    flashinfer_from_probs: bool = False
+    # 0.6.4: a model mixing sliding and full layers is capped at its sliding window.
+    hybrid_window_caps_length: bool = False
+    # 0.11.2: each dummy image's encoder output spans the whole encoder budget.
+    encoder_output_spans_budget: bool = False
     mxfp4_hopper: Literal["marlin", "triton"] = "triton"
     notes: tuple[str, ...] = ()
 
@@ -113,6 +127,8 @@ LINES: tuple[VllmLine, ...] = (
         longrope_original=False,
         fp32_to_fp16=True,
         mxfp4_hopper="marlin",
+        v0_chunked_tokens=512,
+        hybrid_window_caps_length=True,
         notes=(
             "V0 engine: the profiling run is one max_num_batched_tokens batch (the whole "
             "max_model_len unless chunked prefill, which V0 enables above 32768 tokens); the "
@@ -156,6 +172,9 @@ LINES: tuple[VllmLine, ...] = (
         longrope_original=False,
         fp32_to_fp16=True,
         mxfp4_hopper="marlin",
+        v0_fallback=True,
+        encoder_items_per_prompt=True,
+        flashinfer_from_probs=True,
         notes=(
             "V1's first worker sized the pool from the device's used memory: the CUDA context "
             "and NCCL count inside the budget",
@@ -176,6 +195,8 @@ LINES: tuple[VllmLine, ...] = (
         moe="shared",
         longrope_original=False,
         mxfp4_hopper="marlin",
+        v0_fallback=True,
+        encoder_items_per_prompt=True,
         notes=(
             "V1 sizes the pool with memory profiling from a snapshot taken before the "
             "communicators are built: the CUDA context lies outside the budget, NCCL inside",
@@ -212,6 +233,7 @@ LINES: tuple[VllmLine, ...] = (
         moe="shared+out",
         kv_cache_memory_hint=True,
         mxfp4_hopper="marlin",
+        encoder_output_spans_budget=True,
         notes=(
             "mxfp4 on Hopper: Marlin, as a plain `pip install vllm` of this line runs it (the "
             "wheel does not ship triton_kernels)",
