@@ -43,9 +43,12 @@ from enum import StrEnum
 
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
+from service.estimator.checkpoint import GgufWeights
 from service.estimator.errors import InvalidRequest
+from service.estimator.ggml import cuda_alloc_bytes
 from service.estimator.model import Architecture
 from service.estimator.model.family_traits import LlamaCppType
+from service.estimator.units import cdiv
 
 __all__ = [
     "PRESETS",
@@ -55,6 +58,7 @@ __all__ = [
     "Role",
     "converted_tensors",
     "get_preset",
+    "gguf_weights_of",
     "preset_types",
     "quant_model",
 ]
@@ -395,3 +399,48 @@ def converted_tensors(arch: Architecture, *, own_output: bool = False) -> tuple[
         for layer in g.layers or (None,):
             out.append(GgufTensor(Role.KEPT, layer, g.numel, g.numel, g.per_layer))
     return tuple(out)
+
+
+def gguf_weights_of(
+    n_layer: int,
+    tensors: tuple[GgufTensor, ...],
+    types: tuple[GGMLQuantizationType, ...],
+    file_type: str,
+) -> GgufWeights:
+    """Bytes of ``tensors`` in ``types``, by where llama.cpp places them: per repeating
+    layer, the token embedding, the output matrix and the rest (norms outside the layers)."""
+    layers = [0] * n_layer
+    layers_cuda = [0] * n_layer
+    embd = embd_cuda = output = output_cuda = rest = rest_cuda = 0
+    per_type: dict[str, int] = {}
+    for t, ty in zip(tensors, types, strict=True):
+        raw = _bytes(ty, t.n_elements) * t.count
+        cuda = cuda_alloc_bytes(ty, t.n_elements, t.ne0) * t.count
+        per_type[ty.name] = per_type.get(ty.name, 0) + t.count
+        if t.role is Role.TOKEN_EMBD:
+            embd, embd_cuda = embd + raw, embd_cuda + cuda
+        elif t.role is Role.OUTPUT:
+            output, output_cuda = output + raw, output_cuda + cuda
+        elif t.layer is None:
+            rest, rest_cuda = rest + raw, rest_cuda + cuda
+        else:
+            layers[t.layer] += raw
+            layers_cuda[t.layer] += cuda
+    return GgufWeights(
+        file_type=file_type,
+        layers=tuple(layers),
+        layers_cuda=tuple(layers_cuda),
+        token_embd=embd,
+        token_embd_cuda=embd_cuda,
+        output=output,
+        output_cuda=output_cuda,
+        output_norm=rest,
+        output_norm_cuda=rest_cuda,
+        types=tuple(sorted(per_type.items())),
+    )
+
+
+def _bytes(t: GGMLQuantizationType, n: int) -> int:
+    """Bytes of ``n`` elements of ``t``, a partial block counted whole."""
+    block, size = GGML_QUANT_SIZES[t]
+    return cdiv(n, block) * size

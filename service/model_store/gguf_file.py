@@ -17,16 +17,15 @@ from __future__ import annotations
 import os
 import re
 import struct
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from gguf import GGUFReader, LlamaFileType
-from gguf.constants import GGML_QUANT_SIZES
+from gguf.constants import GGMLQuantizationType
 
 from service.estimator.checkpoint import GgufWeights
-from service.estimator.ggml import cuda_alloc_bytes
+from service.estimator.gguf_quant import GgufTensor, Role, gguf_weights_of
 
 __all__ = [
     "ARCHITECTURES",
@@ -207,6 +206,10 @@ def _has_type(reader: GGUFReader, type_name: str) -> bool:
     return any(t.tensor_type.name == type_name for t in reader.tensors)
 
 
+# Tensors llama.cpp places apart from the repeating layers and the rest (the output norm).
+_ROLES = {"token_embd.weight": Role.TOKEN_EMBD, "output.weight": Role.OUTPUT}
+
+
 def _layer(name: str) -> int | None:
     if not name.startswith("blk."):
         return None
@@ -236,50 +239,26 @@ def read_gguf(paths: Sequence[str | os.PathLike[str]], cap: int = MAX_METADATA_B
     n_layer = _field(first, f"{arch}.block_count")
     if not isinstance(n_layer, int) or not 0 < n_layer <= 4096:
         raise GgufError(f"{arch}.block_count is missing or out of range")
-    layers = [0] * n_layer
-    layers_cuda = [0] * n_layer
-    embd = embd_cuda = out = out_cuda = rest = rest_cuda = 0
+    tensors: list[GgufTensor] = []
+    types: list[GGMLQuantizationType] = []
     vocab = 0
-    types: Counter[str] = Counter()
     names: set[str] = set()
     for reader in readers:
         for t in reader.tensors:
             names.add(t.name)
-            types[t.tensor_type.name] += 1
             dims = [int(d) for d in t.shape]
-            n_elements = int(t.n_elements)
-            block, size = GGML_QUANT_SIZES[t.tensor_type]
-            nbytes = n_elements // block * size
-            cuda = cuda_alloc_bytes(t.tensor_type, n_elements, dims[0] if dims else 1)
             layer = _layer(t.name)
-            if layer is not None:
-                if layer >= n_layer:
-                    raise GgufError(f"tensor {t.name[:60]} is past block_count {n_layer}")
-                layers[layer] += nbytes
-                layers_cuda[layer] += cuda
-            elif t.name == "token_embd.weight":
-                embd, embd_cuda = nbytes, cuda
+            if layer is not None and layer >= n_layer:
+                raise GgufError(f"tensor {t.name[:60]} is past block_count {n_layer}")
+            role = _ROLES.get(t.name, Role.KEPT)  # the split llama.cpp places by
+            if role is Role.TOKEN_EMBD:
                 vocab = dims[1] if len(dims) > 1 else 0
-            elif t.name == "output.weight":
-                out, out_cuda = nbytes, cuda
-            else:
-                rest += nbytes
-                rest_cuda += cuda
-    if not embd:
+            tensors.append(GgufTensor(role, layer, dims[0] if dims else 1, int(t.n_elements)))
+            types.append(GGMLQuantizationType(t.tensor_type))
+    if Role.TOKEN_EMBD not in {t.role for t in tensors}:
         raise GgufError("token_embd.weight is missing")
     file_type = _file_type(first)
-    weights = GgufWeights(
-        file_type=file_type or "unknown",
-        layers=tuple(layers),
-        layers_cuda=tuple(layers_cuda),
-        token_embd=embd,
-        token_embd_cuda=embd_cuda,
-        output=out,
-        output_cuda=out_cuda,
-        output_norm=rest,
-        output_norm_cuda=rest_cuda,
-        types=tuple(sorted(types.items())),
-    )
+    weights = gguf_weights_of(n_layer, tuple(tensors), tuple(types), file_type or "unknown")
     config = _config(first, arch, names, vocab)
     return GgufModel(arch, config, weights, file_type)
 

@@ -38,8 +38,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
-
 from service.estimator.checkpoint import GgufWeights
 from service.estimator.engines.base import (
     Engine,
@@ -53,12 +51,12 @@ from service.estimator.engines.base import (
 )
 from service.estimator.engines.overhead import OverheadTerms, framework_overhead
 from service.estimator.errors import InvalidRequest
-from service.estimator.ggml import cuda_alloc_bytes, row_bytes, type_named
+from service.estimator.ggml import row_bytes, type_named
 from service.estimator.gguf_quant import (
-    GgufTensor,
     Role,
     converted_tensors,
     get_preset,
+    gguf_weights_of,
     preset_types,
     quant_model,
 )
@@ -74,7 +72,6 @@ __all__ = [
     "LlamaCppEngine",
     "gguf_weights_for_preset",
     "gguf_weights_from_architecture",
-    "gguf_weights_of",
 ]
 
 # --cache-type-k / --cache-type-v values (common/arg.cpp's kv_cache_types).
@@ -168,50 +165,6 @@ def gguf_weights_for_preset(
     model = quant_model(arch, own_output=own_output)
     types = preset_types(p, model, tensors, imatrix=imatrix)
     return gguf_weights_of(arch.num_layers, tensors, types, p.name)
-
-
-def gguf_weights_of(
-    n_layer: int,
-    tensors: tuple[GgufTensor, ...],
-    types: tuple[GGMLQuantizationType, ...],
-    file_type: str,
-) -> GgufWeights:
-    """Bytes of ``tensors`` in ``types``, by where llama.cpp places them: per repeating
-    layer, the token embedding, the output matrix and the rest (norms outside the layers)."""
-    layers = [0] * n_layer
-    layers_cuda = [0] * n_layer
-    embd = embd_cuda = output = output_cuda = rest = rest_cuda = 0
-    per_type: dict[str, int] = {}
-    for t, ty in zip(tensors, types, strict=True):
-        raw = _bytes(ty, t.n_elements) * t.count
-        cuda = cuda_alloc_bytes(ty, t.n_elements, t.ne0) * t.count
-        per_type[ty.name] = per_type.get(ty.name, 0) + t.count
-        if t.role is Role.TOKEN_EMBD:
-            embd, embd_cuda = embd + raw, embd_cuda + cuda
-        elif t.role is Role.OUTPUT:
-            output, output_cuda = output + raw, output_cuda + cuda
-        elif t.layer is None:
-            rest, rest_cuda = rest + raw, rest_cuda + cuda
-        else:
-            layers[t.layer] += raw
-            layers_cuda[t.layer] += cuda
-    return GgufWeights(
-        file_type=file_type,
-        layers=tuple(layers),
-        layers_cuda=tuple(layers_cuda),
-        token_embd=embd,
-        token_embd_cuda=embd_cuda,
-        output=output,
-        output_cuda=output_cuda,
-        output_norm=rest,
-        output_norm_cuda=rest_cuda,
-        types=tuple(sorted(per_type.items())),
-    )
-
-
-def _bytes(t: GGMLQuantizationType, n: int) -> int:
-    block, size = GGML_QUANT_SIZES[t]
-    return cdiv(n, block) * size
 
 
 class LlamaCppEngine(Engine):
