@@ -20,19 +20,26 @@ measures are listed as such. Rows are evaluated with the value overridden
 
 from __future__ import annotations
 
+import csv
 import statistics
 from collections.abc import Callable, Hashable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from bench.validate import finetune as ft_validation
 from bench.validate import inference as inf_validation
+from service.api.resolve import resolve_gpu
+from service.catalog.gpu_catalog import load_gpu_catalog
 from service.estimator import calibration, memo
+from service.estimator.engines.overhead import cuda_context_bytes
 from service.estimator.inference import estimate_inference, stage_figures
 from service.estimator.inference.request import setup_for
 from service.estimator.training import estimate_finetune
 
 GIB = 2**30
+MIB = 2**20
+CONTEXT_DATA = Path(__file__).parent / "data" / "cuda_context.csv"
 
 
 @dataclass(frozen=True)
@@ -217,14 +224,12 @@ def checks() -> list[Check]:
     tp1 = [r for r in with_figures if r["tp"] == "1" and r["pp"] == "1"]
     tp_n = [r for r in with_figures if r["tp"] != "1" and r["pp"] == "1"]
     pp_n = [r for r in with_figures if r["pp"] != "1"]
+    workspace = "cuda.library_workspace_bytes_per_resident_thread"
     out = [
+        Check(("cuda.context_bytes_per_resident_thread",), _context_rows()),
         Check(
-            ("cuda.library_workspace_bytes",),
-            [
-                _vllm_row(r, "non_torch")
-                for r in tp1
-                if r["run"] in _registered_rows("cuda.library_workspace_bytes")
-            ],
+            (workspace,),
+            [_vllm_row(r, "non_torch") for r in tp1 if r["run"] in _registered_rows(workspace)],
             [_vllm_row(r, "non_torch") for r in pp_n],
             "held out: the pipeline-parallel rows, whose non-torch figure (0.07 GiB) the term "
             "does not describe",
@@ -251,6 +256,21 @@ def checks() -> list[Check]:
     )
     out.append(Check(("transformers.sampling_bytes_per_logit",), _transformers_decode_rows()))
     out.append(Check(("training.fragmentation_fraction",), _reserved_rows()))
+    return out
+
+
+def _context_rows() -> list[Row]:
+    """Public measurements of a bare CUDA context (MiB), each GPU its own group."""
+    gpus = load_gpu_catalog()
+    out = []
+    with CONTEXT_DATA.open() as f:
+        for row in csv.DictReader(f):
+            gpu = resolve_gpu(gpus, row["gpu"])
+
+            def predict(gpu: object = gpu) -> float:
+                return cuda_context_bytes(gpu) / MIB  # type: ignore[arg-type]
+
+            out.append(Row(row["row_id"], float(row["context_mib"]), predict, row["gpu"]))
     return out
 
 

@@ -124,6 +124,11 @@ STAND_IN = GpuSpec("memory:stand-in", "a stand-in GPU of 80 GiB", 80 * GIB)
 #: Options a row's mxfp4 kernel needs when the log names it.
 MXFP4_BACKEND = {"v_33155": "triton"}
 
+#: Rows started through the Python ``LLM`` class (vLLM's LLM_CLASS usage context, whose V1
+#: scheduling defaults differ from ``vllm serve``): v_brendan's notebook builds
+#: ``vllm.LLM(...)`` in hello_world_script.py at the row's commit.
+LLM_CLASS_ROWS = frozenset({"v_brendan"})
+
 #: Rows whose log prints "Using FlashInfer for top-p & top-k sampling." (V1 picks FlashInfer's
 #: sampler whenever the package is installed in 0.8-0.10). The campaign's A100 40GB run prints
 #: "FlashInfer is not available" instead and keeps the default. v_17469's workers print it too
@@ -250,6 +255,8 @@ def _options(row: dict[str, str], version: str) -> dict[str, Any]:
         opts["mxfp4_backend"] = MXFP4_BACKEND[row["row_id"]]
     if row["row_id"] in FLASHINFER_SAMPLER:
         opts["sampler"] = "flashinfer"
+    if row["row_id"] in LLM_CLASS_ROWS:
+        opts["entrypoint"] = "llm"
     return opts
 
 

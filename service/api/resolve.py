@@ -127,6 +127,8 @@ def resolve_gpu(catalog: GpuCatalog, ref: str) -> GpuSpec:
         shared=match.shared,
         driver_total_bytes=None if match.mig_profile else gpu.memory_bytes,
         vendor=gpu.vendor,
+        # a MIG slice holds a share of them, not published per profile
+        multiprocessors=None if match.mig_profile else gpu.multiprocessors,
     )
 
 

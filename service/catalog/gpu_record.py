@@ -247,6 +247,19 @@ class Gpu(BaseModel):
             "(nvidia.com/gpu.compute.major / minor); null for AMD and Intel"
         ),
     )
+    multiprocessors: StrictInt | None = Field(
+        default=None,
+        gt=0,
+        le=1024,
+        description=(
+            "streaming multiprocessors of the whole GPU, as deviceQuery reports them "
+            "(multi_processor_count); they size the CUDA context. Null for AMD and Intel, "
+            "or where not sourced"
+        ),
+    )
+    multiprocessors_source: str | None = Field(
+        default=None, min_length=1, description="where multiprocessors comes from"
+    )
     gfx_target: str | None = Field(
         default=None,
         pattern=_GFX_TARGET,
@@ -309,6 +322,10 @@ class Gpu(BaseModel):
             raise ValueError(f"architecture {self.architecture!r} is not a {self.vendor} family")
         if self.vendor != "nvidia" and self.compute_capability is not None:
             raise ValueError("compute_capability is an NVIDIA notion; leave it out")
+        if self.vendor != "nvidia" and self.multiprocessors is not None:
+            raise ValueError("multiprocessors counts NVIDIA SMs; leave it out")
+        if (self.multiprocessors is None) != (self.multiprocessors_source is None):
+            raise ValueError("give multiprocessors together with multiprocessors_source")
         if self.vendor != "amd" and self.gfx_target is not None:
             raise ValueError("gfx_target is an AMD notion; leave it out")
 

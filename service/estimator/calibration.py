@@ -46,27 +46,43 @@ class Calibrated:
 
 _ENTRIES: tuple[Calibrated, ...] = (
     Calibrated(
-        "cuda.context_bytes",
-        512 * MIB,
-        "bytes per GPU",
-        "The CUDA driver's per-process state on the device (loaded module code, device heap, "
-        "local memory) with lazy module loading (CUDA 11.7+), invisible to the allocator.",
-        "nvidia-smi's figure for an idle PyTorch process after torch.cuda.init() (about "
-        "500 MiB on Ampere/Hopper), rounded up to 512 MiB; not fitted to the validation rows.",
-        applies_to="every engine's fit verdict (outside vLLM's budget)",
+        "cuda.context_bytes_per_resident_thread",
+        2060,
+        "bytes per resident thread",
+        "The CUDA context per thread the GPU can hold at once (multiprocessors × max resident "
+        "threads per multiprocessor): the driver reserves local memory for every such thread "
+        "(the 1 KiB default stack and more), which makes the context grow with the GPU.",
+        "Least squares on relative error over public measurements of a bare context (lazy "
+        "module loading) on eight GPUs, 107 MiB (RTX 4060 Ti) to 612 MiB (B200): "
+        "bench/validate/data/cuda_context.csv, each row with its source.",
+        fitted_on=_rows(
+            "cuda_context",
+            "invokeai_9413_rtx3090",
+            "unsloth_8669_b200",
+            "unsloth_zoo_1053_rtx6000ada",
+            "torchcomms_777_h100",
+            "mooncake_3973_h200",
+            "mooncake_3973_a800",
+            "llamacpp_23604_rtxpro6000",
+            "llamacpp_23604_rtx4060ti",
+        ),
+        applies_to="every engine's CUDA context on an NVIDIA GPU of known multiprocessors",
     ),
     Calibrated(
-        "cuda.library_workspace_bytes",
-        256 * MIB,
-        "bytes per GPU",
-        "cuBLAS/cuBLASLt workspaces and the kernel modules loaded lazily during the first "
-        "forward pass: what vLLM's profiler reports as its non-torch increase on one GPU. "
-        "Under PyTorch the cuBLAS workspace is not part of it: PyTorch takes that from its "
-        "caching allocator (aten/src/ATen/cuda/CublasHandlePool.cpp: getNewWorkspace; 32 MiB on "
-        "compute capability 9.0, 8.125 MiB elsewhere), inside the profiled torch peak.",
-        "The median of vLLM v0.19's non-torch figure over the single-GPU rows (H100). The same "
-        "campaign's pipeline-parallel rows print 0.07 GiB, so it is not a per-process constant; "
-        "what makes it up was not found in vLLM's or PyTorch's code.",
+        "cuda.library_workspace_bytes_per_resident_thread",
+        993,
+        "bytes per resident thread",
+        "What vLLM's profiler reports as its non-torch increase on one GPU during the first "
+        "forward: device memory the driver takes while the model's kernels first run, chiefly "
+        "the context's local-memory reservation growing to the largest per-thread stack a "
+        "launched kernel needs (CU_LIMIT_STACK_SIZE: the driver raises the per-thread stack "
+        "for a launch as needed and never lowers it; the reservation is that stack × the "
+        "GPU's resident threads), and the kernel modules loaded lazily. Under PyTorch the "
+        "cuBLAS workspace is not part of it: PyTorch takes that from its caching allocator "
+        "(aten/src/ATen/cuda/CublasHandlePool.cpp: getNewWorkspace), inside the torch peak.",
+        "The median of vLLM v0.19's non-torch figure over the single-GPU rows (H100 SXM, "
+        "270,336 resident threads): 256 MiB, so 993 B per resident thread. The same campaign's "
+        "pipeline-parallel rows print 0.07 GiB, which this term does not describe.",
         fitted_on=_rows(
             _VLLM_H100,
             "codellama-7b",

@@ -10,10 +10,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT_GPUS_PER_NODE", "GpuSpec"]
+__all__ = ["DEFAULT_GPUS_PER_NODE", "MAX_THREADS_PER_MULTIPROCESSOR", "GpuSpec"]
 
 #: GPUs tensor parallelism may span: one node's NVLink domain (8 on HGX / DGX boards).
 DEFAULT_GPUS_PER_NODE = 8
+
+#: Resident threads one multiprocessor holds, by compute capability (NVIDIA CUDA C++
+#: Programming Guide, "Technical Specifications per Compute Capability": "Maximum number of
+#: resident threads per SM"); the driver sizes a context's local-memory reservation by it.
+MAX_THREADS_PER_MULTIPROCESSOR: dict[tuple[int, int], int] = {
+    (7, 0): 2048,
+    (7, 5): 1024,
+    (8, 0): 2048,
+    (8, 6): 1536,
+    (8, 9): 1536,
+    (9, 0): 2048,
+    (10, 0): 2048,
+    (10, 3): 2048,
+    (12, 0): 1536,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,10 +55,20 @@ class GpuSpec:
     # SGLang sizes its defaults from; None for a MIG slice, whose process reads the CUDA total.
     driver_total_bytes: int | None = None
     vendor: str | None = None  # "nvidia", "amd", "intel" (None: unknown)
+    # Streaming multiprocessors the process sees (None: unknown, and for a MIG slice).
+    multiprocessors: int | None = None
 
     @property
     def is_mig(self) -> bool:
         return self.mig_profile is not None
+
+    def resident_threads(self) -> int | None:
+        """Threads the whole GPU can hold at once (multiprocessors × resident threads per
+        multiprocessor of its compute capability); None when either is unknown."""
+        if self.multiprocessors is None or self.compute_capability is None:
+            return None
+        per_sm = MAX_THREADS_PER_MULTIPROCESSOR.get(self.compute_capability)
+        return None if per_sm is None else self.multiprocessors * per_sm
 
     def supports_bf16(self) -> bool:
         """bf16 compute (unknown: assumed, as on every GPU since Ampere)."""

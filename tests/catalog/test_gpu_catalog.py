@@ -271,6 +271,43 @@ def test_rtx_3090_is_about_23_6_gib_to_cuda(catalog: GpuCatalog) -> None:
     assert 23.5 * GIB < gpu.cuda_total_bytes < 23.75 * GIB
 
 
+@pytest.mark.parametrize(
+    ("gpu_id", "multiprocessors"),
+    [
+        # deviceQuery "(132) Multiprocessors" / "(082) ..." / "(058) ..." (thamada/nvidia-smi).
+        ("h100-sxm-80gb", 132),
+        ("rtx-3090", 82),
+        ("l4", 58),
+        # XLA's device description of an H100 PCIe: core_count 114.
+        ("h100-pcie-80gb", 114),
+        # A10 datasheet: 72 RT cores, one per SM.
+        ("a10", 72),
+    ],
+)
+def test_multiprocessors_are_the_cited_readings(
+    catalog: GpuCatalog, gpu_id: str, multiprocessors: int
+) -> None:
+    gpu = catalog.get(gpu_id)
+    assert gpu.multiprocessors == multiprocessors
+    assert gpu.multiprocessors_source
+
+
+def test_multiprocessors_are_nvidia_only_and_sourced(catalog: GpuCatalog) -> None:
+    counted = [g for g in catalog.all() if g.multiprocessors is not None]
+    assert len(counted) >= 35
+    for gpu in counted:
+        assert gpu.vendor == "nvidia" and gpu.multiprocessors_source, gpu.id
+    assert catalog.get("mi300x").multiprocessors is None
+
+
+def test_a10_and_a10g_runtime_totals_are_readings(catalog: GpuCatalog) -> None:
+    # PyTorch "21.99 GiB total capacity" on an A10 (zai-org/CogVLM#236); "NVIDIA A10G
+    # (22.06 GiB)" from get_device_properties (tungsheng/cuda-kernel-lab).
+    assert catalog.get("a10").cuda_total_bytes == round(21.99 * GIB)
+    assert catalog.get("a10g").cuda_total_bytes == round(22.06 * GIB)
+    assert catalog.get("a10").cuda_total_measured and catalog.get("a10g").cuda_total_measured
+
+
 def test_readings_are_measured_and_derivations_are_not(catalog: GpuCatalog) -> None:
     assert catalog.get("h100-sxm-80gb").cuda_total_measured
     assert catalog.get("rtx-3090").cuda_total_measured
@@ -873,6 +910,15 @@ def test_driver_reserve_gives_a_derived_total(tmp_path: Path) -> None:
         (_with("bf16 = false"), "bf16 must be true exactly when bf16_tflops is given"),
         (_with('fp8_format = "ocp"'), "fp8_format is given but fp8 is false"),
         (_with('fp8_format = "e5m2"'), "fp8_format"),
+        (_with("multiprocessors = 132"), "give multiprocessors together with"),
+        (_with('multiprocessors_source = "x"'), "give multiprocessors together with"),
+        (_with('multiprocessors = 0\nmultiprocessors_source = "x"'), "multiprocessors"),
+        (
+            _with('multiprocessors = 304\nmultiprocessors_source = "x"').replace(
+                'vendor = "nvidia"', 'vendor = "amd"'
+            ),
+            "multiprocessors counts NVIDIA SMs",
+        ),
         # CUDA totals
         (
             _with('cuda_total_gib = 0.9\ncuda_total_bytes = 5\ncuda_total_source = "x"'),

@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 
 from service.estimator import calibration
+from service.estimator.engines.overhead import cuda_context_bytes, library_workspace_bytes
+from service.estimator.gpu import GpuSpec
 from service.estimator.inference import InferenceRequest, estimate_inference, stage_figures
 from service.estimator.inference.request import setup_for
 from service.estimator.model import read_config
@@ -31,8 +33,8 @@ H, FF, V, L = 4096, 14336, 128256, 32  # Llama-3.1-8B: hidden, MLP width, vocabu
 
 def test_register_values_are_pinned() -> None:
     pinned = {
-        "cuda.context_bytes": 512 * MIB,
-        "cuda.library_workspace_bytes": 256 * MIB,
+        "cuda.context_bytes_per_resident_thread": 2060,
+        "cuda.library_workspace_bytes_per_resident_thread": 993,
         "nccl.tp_group_bytes": 1832 * MIB,
         "nccl.tp_peer_bytes": 40 * MIB,
         "nccl.pp_peer_bytes": 64 * MIB,
@@ -110,9 +112,48 @@ def test_vllm_graph_pool_and_context_outside_the_budget() -> None:
     )
     outside = setup_for(req).outside_budget
     assert outside.cuda_graphs == 384 * MIB + 17 * MIB * L
-    assert outside.cuda_context == 512 * MIB
+    # No GPU named: the context of the reference GPU, an H100 SXM (132 SMs × 2048 threads).
+    assert outside.cuda_context == 132 * 2048 * 2060
+    # An RTX 3090: 82 SMs × 1536 resident threads each (compute capability 8.6).
+    rtx3090 = GpuSpec("rtx-3090", "RTX 3090", 24 * GIB, (8, 6), vendor="nvidia", multiprocessors=82)
+    on_3090 = dataclasses.replace(req, gpu=rtx3090, gpu_memory_bytes=rtx3090.total_bytes)
+    assert setup_for(on_3090).outside_budget.cuda_context == 82 * 1536 * 2060
     eager = dataclasses.replace(req, engine_options={**v019, "enforce_eager": True})
     assert setup_for(eager).outside_budget.cuda_graphs == 0
+
+
+def test_context_and_first_forward_growth_follow_the_resident_threads() -> None:
+    # 2060 B (context) and 993 B (first forward's growth) per resident thread: an L4 holds
+    # 58 SMs × 1536 threads, an H100 SXM 132 × 2048. A GPU whose SMs are unknown (a MIG
+    # slice, AMD) is priced as the reference H100 SXM.
+    l4 = GpuSpec("l4", "L4", 22 * GIB, (8, 9), vendor="nvidia", multiprocessors=58)
+    h100 = GpuSpec("h100", "H100", 79 * GIB, (9, 0), vendor="nvidia", multiprocessors=132)
+    mig = GpuSpec("h100/1g.10gb", "H100 1g", 10 * GIB, (9, 0), vendor="nvidia", mig_profile="1g")
+    amd = GpuSpec("mi300x", "MI300X", 192 * GIB, vendor="amd", multiprocessors=None)
+    assert cuda_context_bytes(l4) == 58 * 1536 * 2060
+    assert library_workspace_bytes(l4) == 58 * 1536 * 993
+    assert cuda_context_bytes(h100) == cuda_context_bytes(mig) == cuda_context_bytes(amd)
+    assert cuda_context_bytes(h100) == cuda_context_bytes(None) == 132 * 2048 * 2060
+    assert library_workspace_bytes(None) == 132 * 2048 * 993
+
+
+def test_triton_sampler_buffer_takes_the_gpus_multiprocessors() -> None:
+    # v0.22's Triton top-k/top-p (its sampler below compute capability 7.5) keeps a
+    # [min(next_pow2(min(SM, R)), SM), V] fp32 buffer: 80 rows on a V100 (80 SMs), 132 on an
+    # unnamed GPU (132 assumed) for R = 256 sequences.
+    def activations(gpu: GpuSpec) -> int:
+        req = InferenceRequest(
+            architecture=LLAMA,
+            engine="vllm",
+            engine_options={"version": "0.22.0", "sampler": "auto", "max_num_seqs": 256},
+            gpu=gpu,
+            gpu_memory_bytes=gpu.total_bytes,
+        )
+        return stage_figures(req)[0].activations
+
+    v100 = GpuSpec("v100", "V100", 31 * GIB, (7, 0), vendor="nvidia", multiprocessors=80)
+    unnamed = dataclasses.replace(v100, multiprocessors=None)
+    assert activations(unnamed) - activations(v100) == (132 - 80) * V * 4
 
 
 def test_gemma3_two_rope_tables_under_vllm() -> None:
@@ -152,7 +193,7 @@ def test_data_parallel_nccl_pricing() -> None:
         alloc = int(e.details["allocated_peak_bytes"])  # type: ignore[arg-type]
         return e.per_gpu["overhead"] - int(alloc * 0.05)
 
-    base = 512 * MIB + 256 * MIB
+    base = 132 * 2048 * 2060 + 132 * 2048 * 993  # context and workspace, no GPU named
     assert fixed_overhead(4) == base + 1832 * MIB + 40 * MIB * 3
     assert fixed_overhead(16) == base + 1832 * MIB + 40 * MIB * 7
 

@@ -348,17 +348,12 @@ class Engine:
         return None
 
     def overheads(
-        self, s: EngineSettings, tp: int, pp: int, layers_on_gpu: int
-    ) -> tuple[OverheadTerms, OverheadTerms]:
-        """(charged to the budget, outside it): context, workspaces, NCCL, graphs."""
-        uses_nccl = tp * pp > 1
-        return framework_overhead(tp, pp, uses_nccl=uses_nccl), OverheadTerms()
-
-    def overheads_on(
         self, s: EngineSettings, tp: int, pp: int, layers_on_gpu: int, gpu: GpuSpec | None
     ) -> tuple[OverheadTerms, OverheadTerms]:
-        """:meth:`overheads` on a known GPU (engines whose terms depend on it override this)."""
-        return self.overheads(s, tp, pp, layers_on_gpu)
+        """(charged to the budget, outside it) on ``gpu`` (None: unknown): context,
+        workspaces, NCCL, graphs."""
+        uses_nccl = tp * pp > 1
+        return framework_overhead(tp, pp, uses_nccl=uses_nccl, gpu=gpu), OverheadTerms()
 
     def stage(self, args: StageArgs) -> StageBuild:
         """What the engine adds to one pipeline stage (nothing for the base engine)."""

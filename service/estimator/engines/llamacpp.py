@@ -65,6 +65,7 @@ from service.estimator.units import GIB, MIB, cdiv
 
 if TYPE_CHECKING:
     from service.estimator.checkpoint import CheckpointWeights
+    from service.estimator.gpu import GpuSpec
     from service.estimator.inference.setup import ServingSetup, Stage
     from service.estimator.weights import WeightLayout
 
@@ -446,10 +447,10 @@ class LlamaCppEngine(Engine):
         return WeightSplit(tuple(per_stage), host, tuple(notes))
 
     def overheads(
-        self, s: EngineSettings, tp: int, pp: int, layers_on_gpu: int
+        self, s: EngineSettings, tp: int, pp: int, layers_on_gpu: int, gpu: GpuSpec | None
     ) -> tuple[OverheadTerms, OverheadTerms]:
         # CUDA context, cuBLAS workspaces and ggml's CUDA pool: llama.cpp's "unaccounted".
-        return framework_overhead(tp, pp, uses_nccl=False), OverheadTerms()
+        return framework_overhead(tp, pp, uses_nccl=False, gpu=gpu), OverheadTerms()
 
     def stage(self, args: StageArgs) -> StageBuild:
         arch, s = args.arch, args.settings

@@ -6,11 +6,18 @@ libraries and the communication stack. Their sizes are entries of the calibratio
 from; every estimate names the terms it used in its assumptions.
 
 - CUDA context: the driver's per-process state on the device (code of loaded modules, the
-  device heap, local memory). With lazy module loading (CUDA 11.7+ default) it is about half a
-  GiB on Ampere/Hopper, more without it. It is never seen by ``torch.cuda.memory_allocated``.
-- Library workspaces and lazily loaded kernels: cuBLAS/cuBLASLt workspaces (32 MiB per handle
-  on Hopper) and the kernel modules loaded on first use during the first forward pass; vLLM's
-  profiler sees them as its "non-torch" increase of about a quarter GiB on one GPU.
+  device heap, local memory), never seen by ``torch.cuda.memory_allocated``. The driver
+  reserves local memory for every thread the GPU can hold at once (max resident threads per
+  multiprocessor × multiprocessors × bytes per thread), which makes the context grow with the
+  GPU: measured bare contexts (lazy module loading, the CUDA 11.7+ default) are 107 MiB on an
+  RTX 4060 Ti and 612 MiB on a B200, about 2 KiB per resident thread on every GPU measured.
+  A GPU whose multiprocessors are unknown (MIG slices, AMD, a bare memory figure) is priced
+  as the reference GPU, an H100 SXM (the GPU the vLLM calibration ran on).
+- The first forward's driver growth ("library workspace"): the local-memory reservation grows
+  to the largest per-thread stack a launched kernel needs (the driver raises the stack limit
+  per launch and never lowers it; the reservation is that stack × the resident threads), and
+  kernel modules load on first use; vLLM's profiler sees it as its "non-torch" increase of
+  about a quarter GiB on one H100. Priced per resident thread, as the context.
 - NCCL: each communicator allocates per-peer, per-channel buffers (NCCL_BUFFSIZE = 4 MiB per
   channel and direction) plus NVLink SHARP / symmetric buffers on NVSwitch systems; vLLM keeps
   two communicators per TP group (torch's ProcessGroupNCCL and its own PyNccl) and a custom
@@ -25,15 +32,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from service.estimator.calibration import value
+from service.estimator.gpu import GpuSpec
 from service.estimator.units import GIB
 
 __all__ = [
+    "REFERENCE_RESIDENT_THREADS",
     "OverheadTerms",
     "cuda_context_bytes",
     "cuda_graph_pool_bytes",
+    "driver_reservation_note",
     "framework_overhead",
+    "library_workspace_bytes",
     "nccl_bytes",
 ]
+
+# Resident threads of the reference GPU, an H100 SXM (132 multiprocessors × 2048): what a GPU
+# whose multiprocessors are unknown is priced as.
+REFERENCE_RESIDENT_THREADS = 132 * 2048
 
 
 # Communicators a vLLM TP group keeps: torch's ProcessGroupNCCL and vLLM's own PyNccl.
@@ -70,8 +85,41 @@ def cuda_graph_pool_bytes(layers_on_gpu: int) -> int:
     )
 
 
-def cuda_context_bytes() -> int:
-    return int(value("cuda.context_bytes"))
+def _resident_threads(gpu: GpuSpec | None) -> int:
+    """``gpu``'s resident threads (an NVIDIA GPU of known multiprocessors), else the
+    reference GPU's."""
+    threads = gpu.resident_threads() if gpu is not None and gpu.vendor == "nvidia" else None
+    return REFERENCE_RESIDENT_THREADS if threads is None else threads
+
+
+def cuda_context_bytes(gpu: GpuSpec | None = None) -> int:
+    """The CUDA context on ``gpu`` (None: unknown): resident threads × bytes per thread."""
+    return int(_resident_threads(gpu) * value("cuda.context_bytes_per_resident_thread"))
+
+
+def driver_reservation_note(gpu: GpuSpec | None) -> str:
+    """The assumption behind the context and first-forward terms on ``gpu``."""
+    per = (
+        f"{value('cuda.context_bytes_per_resident_thread'):.0f} B (context) and "
+        f"{value('cuda.library_workspace_bytes_per_resident_thread'):.0f} B (first forward's "
+        "driver growth) per resident thread"
+    )
+    threads = gpu.resident_threads() if gpu is not None and gpu.vendor == "nvidia" else None
+    if threads is None or gpu is None:
+        return (
+            f"CUDA context and driver growth: {per}, priced for an H100 SXM's "
+            f"{REFERENCE_RESIDENT_THREADS:,} resident threads (this GPU's multiprocessors "
+            "are not known)"
+        )
+    return (
+        f"CUDA context and driver growth: {per}, for {threads:,} resident threads "
+        f"({gpu.multiprocessors} multiprocessors)"
+    )
+
+
+def library_workspace_bytes(gpu: GpuSpec | None = None) -> int:
+    """What the first forward makes the driver take on ``gpu`` (None: unknown)."""
+    return int(_resident_threads(gpu) * value("cuda.library_workspace_bytes_per_resident_thread"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,8 +152,8 @@ class OverheadTerms:
             out.append(f"CUDA context {self.cuda_context / GIB:.2f} GiB per GPU")
         if self.library_workspace:
             out.append(
-                f"cuBLAS workspaces and lazily loaded kernels {self.library_workspace / GIB:.2f}"
-                " GiB per GPU"
+                "first forward's driver growth (stack reservation, lazily loaded kernels) "
+                f"{self.library_workspace / GIB:.2f} GiB per GPU"
             )
         if self.nccl:
             out.append(f"NCCL buffers {self.nccl / GIB:.2f} GiB per GPU")
@@ -125,11 +173,12 @@ def framework_overhead(
     uses_nccl: bool = True,
     cuda_context: bool = True,
     nvswitch: bool = True,
+    gpu: GpuSpec | None = None,
 ) -> OverheadTerms:
     """Context, workspaces and communication buffers of a plain PyTorch process on one GPU."""
     nccl = nccl_bytes(tensor_parallel_size, pipeline_parallel_size, nvswitch=nvswitch)
     return OverheadTerms(
-        cuda_context=cuda_context_bytes() if cuda_context else 0,
-        library_workspace=int(value("cuda.library_workspace_bytes")),
+        cuda_context=cuda_context_bytes(gpu) if cuda_context else 0,
+        library_workspace=library_workspace_bytes(gpu),
         nccl=nccl if uses_nccl else 0,
     )

@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, ClassVar
 
-from service.estimator.calibration import value
 from service.estimator.engines import sglang_versions as sv
 from service.estimator.engines.base import (
     DtypeChoice,
@@ -47,7 +46,12 @@ from service.estimator.engines.base import (
     activation_dtype,
     tp_sizes_dividing_widths,
 )
-from service.estimator.engines.overhead import OverheadTerms, cuda_context_bytes, nccl_bytes
+from service.estimator.engines.overhead import (
+    OverheadTerms,
+    cuda_context_bytes,
+    library_workspace_bytes,
+    nccl_bytes,
+)
 from service.estimator.engines.sglang_options import (
     OPTIONS,
     derived_context_length,
@@ -180,14 +184,14 @@ class SglangEngine(Engine):
     # ---- setup ----------------------------------------------------------------------
 
     def overheads(
-        self, s: EngineSettings, tp: int, pp: int, layers_on_gpu: int
+        self, s: EngineSettings, tp: int, pp: int, layers_on_gpu: int, gpu: GpuSpec | None
     ) -> tuple[OverheadTerms, OverheadTerms]:
         """Nothing is charged to the budget but the weights and the pool: the context and
         NCCL are allocated before F0 is measured, the rest after the pool (in the slack)."""
         graphs = 0 if s["disable_cuda_graph"] else GRAPH_BYTES_PER_BATCH * s["cuda_graph_max_bs"]
         outside = OverheadTerms(
-            cuda_context=cuda_context_bytes(),
-            library_workspace=int(value("cuda.library_workspace_bytes")),
+            cuda_context=cuda_context_bytes(gpu),
+            library_workspace=library_workspace_bytes(gpu),
             nccl=nccl_bytes(tp, pp),
             cuda_graphs=graphs,
         )

@@ -123,10 +123,10 @@ class TransformersEngine(GenericEngine):
         return Placement(extra_per_layer=per_layer, extra_notes=(note,))
 
     def overheads(
-        self, s: EngineSettings, tp: int, pp: int, layers_on_gpu: int
+        self, s: EngineSettings, tp: int, pp: int, layers_on_gpu: int, gpu: GpuSpec | None
     ) -> tuple[OverheadTerms, OverheadTerms]:
         # device_map pipeline stages exchange tensors by copies, not NCCL.
-        return framework_overhead(tp, pp, uses_nccl=tp > 1), OverheadTerms()
+        return framework_overhead(tp, pp, uses_nccl=tp > 1, gpu=gpu), OverheadTerms()
 
     def stage(self, args: StageArgs) -> StageBuild:
         if args.weight_format_kind == "gptq" and args.weight_format_bits == 4:

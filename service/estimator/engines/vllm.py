@@ -242,11 +242,6 @@ class VllmEngine(Engine):
         )
 
     def overheads(
-        self, s: EngineSettings, tp: int, pp: int, layers_on_gpu: int
-    ) -> tuple[OverheadTerms, OverheadTerms]:
-        return self.overheads_on(s, tp, pp, layers_on_gpu, None)
-
-    def overheads_on(
         self, s: EngineSettings, tp: int, pp: int, layers_on_gpu: int, gpu: GpuSpec | None
     ) -> tuple[OverheadTerms, OverheadTerms]:
         line = engine_line(str(s["version"]), gpu, str(s["dtype"]))
@@ -255,11 +250,11 @@ class VllmEngine(Engine):
         context_inside = line.budget in ("device", "extensible")
         graphs_inside = line.graphs_in_budget
         inside = framework_overhead(
-            tp, pp, cuda_context=context_inside, nvswitch=_nvswitch_board(gpu)
+            tp, pp, cuda_context=context_inside, nvswitch=_nvswitch_board(gpu), gpu=gpu
         )
         inside = dataclasses.replace(inside, cuda_graphs=graphs if graphs_inside else 0)
         outside = OverheadTerms(
-            cuda_context=0 if context_inside else cuda_context_bytes(),
+            cuda_context=0 if context_inside else cuda_context_bytes(gpu),
             cuda_graphs=0 if graphs_inside else graphs,
         )
         return inside, outside

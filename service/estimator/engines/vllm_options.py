@@ -110,25 +110,36 @@ def engine_line(version: str, gpu: GpuSpec | None, dtype: str = "auto") -> VllmL
 
 
 def batch_defaults(
-    line: VllmLine, ctx: EngineContext, max_model_len: int, seqs_given: OptionValue | None
+    line: VllmLine,
+    ctx: EngineContext,
+    max_model_len: int,
+    seqs_given: OptionValue | None,
+    entrypoint: OptionValue | None = "serve",
 ) -> tuple[int, int]:
-    """(max_num_batched_tokens, max_num_seqs) as vLLM's EngineArgs defaults them."""
+    """(max_num_batched_tokens, max_num_seqs) as vLLM's EngineArgs defaults them: V1 keys its
+    tables by usage context, and the Python ``LLM`` class (``entrypoint`` "llm") gets the
+    larger token budget of each tier (``EngineArgs._set_default_args``, 0.8.5-0.34)."""
     if line.batch == "v0":
         seqs = 256 if seqs_given is None else int(seqs_given)
         if max_model_len > V0_CHUNKED_ABOVE and ctx.architecture.vision is None:
             return line.v0_chunked_tokens, seqs
         return max(max_model_len, 2048), seqs
+    offline = entrypoint == "llm"
     mem = ctx.gpu_memory_bytes
-    name = ctx.gpu.name.lower() if ctx.gpu is not None else ""
+    gpu = ctx.gpu
+    name = gpu.name.lower() if gpu is not None else ""
+    # 0.34 keeps GB10 (DGX Spark, compute capability 12.1) on the small tier: the memory of a
+    # large GPU without its compute.
+    gb10 = line.batch == "v1-0.34" and gpu is not None and gpu.compute_capability == (12, 1)
     if mem is None:
-        tokens, seqs = 8192, 1024
+        tokens, seqs = (16384 if offline else 8192), 1024
     elif line.batch == "v1-0.34" and mem >= HUGE_GPU_BYTES:
         tokens, seqs = 16384, 1024
-    elif mem >= LARGE_GPU_BYTES and (line.batch == "v1-0.8" or "a100" not in name):
+    elif mem >= LARGE_GPU_BYTES and (line.batch == "v1-0.8" or "a100" not in name) and not gb10:
         # "a100": the exclusion of PR 17885 (EngineArgs._set_default_args_v1, v0.9.1).
-        tokens, seqs = 8192, 1024
+        tokens, seqs = (16384 if offline else 8192), 1024
     else:
-        tokens, seqs = 2048, 256
+        tokens, seqs = (8192 if offline else 2048), 256
     if seqs_given is not None:
         seqs = int(seqs_given)
     if line.batch not in ("v1-0.8", "v1-0.9"):
@@ -161,8 +172,9 @@ OPTIONS: tuple[Option, ...] = (
         "max_num_batched_tokens",
         int,
         "vLLM: tokens per scheduler step (chunked prefill), also its profiling size "
-        "(V1: 8192 on GPUs of 70 GiB or more but A100s, else 2048; V0: the whole "
-        "max_model_len unless chunked prefill).",
+        "(V1 under `vllm serve`: 8192 on GPUs of 70 GiB or more but A100s, else 2048; "
+        "twice to four times that under the Python LLM class, see entrypoint; V0: the "
+        "whole max_model_len unless chunked prefill).",
         low=1,
         high=1 << 24,
         flag="--max-num-batched-tokens",
@@ -220,6 +232,16 @@ OPTIONS: tuple[Option, ...] = (
         choices=SAMPLER_CHOICES,
     ),
     Option(
+        "entrypoint",
+        str,
+        "vLLM: how the engine is started, which picks V1's scheduling defaults (`serve`: "
+        "`vllm serve` / the OpenAI API server; `llm`: the Python `LLM` class, whose default "
+        "max_num_batched_tokens is 8192, or 16384 on GPUs of 70 GiB or more but A100s). "
+        "V0 lines default the same either way.",
+        default="serve",
+        choices=("serve", "llm"),
+    ),
+    Option(
         "limit_mm_per_prompt",
         int,
         "vLLM: images per prompt a multimodal model accepts (its profiling run sizes the "
@@ -250,7 +272,9 @@ def derived_defaults(
             field="engine_options.max_model_len",
         )
     length = derived if given is None else int(given)
-    tokens, seqs = batch_defaults(run, ctx, length, values.get("max_num_seqs"))
+    tokens, seqs = batch_defaults(
+        run, ctx, length, values.get("max_num_seqs"), values.get("entrypoint")
+    )
     return MappingProxyType(
         {
             "max_num_batched_tokens": tokens,

@@ -51,8 +51,9 @@ __all__ = [
     "sampler_buffer_rows",
 ]
 
-# Multiprocessors assumed when the GPU's count is unknown (H100 SXM / H200: 132); it sizes
-# the Triton sampler's cached buffer, whose rows never exceed it.
+# Multiprocessors assumed when the GPU's count is unknown (H100 SXM / H200: 132; a MIG slice
+# too, whose share is not published); it sizes the Triton sampler's cached buffer, whose rows
+# never exceed it.
 DEFAULT_MULTIPROCESSORS = 132
 # vLLM's default image limit per prompt when --limit-mm-per-prompt names none (999).
 DEFAULT_MM_LIMIT = 999
@@ -225,7 +226,8 @@ def profile_peak(
             per_logit = c.dtype_bytes + _FLASHINFER_FROM_PROBS
         buffer = 0.0
         if kind in ("triton", "v2"):
-            buffer = sampler_buffer_rows(rows) * c.vocab * 4
+            sm = gpu.multiprocessors if gpu is not None else None
+            buffer = sampler_buffer_rows(rows, sm or DEFAULT_MULTIPROCESSORS) * c.vocab * 4
     if not is_last:
         return ProfileRun(forward + 2 * t * c.hidden_row, 0.0, persistent, rows, tuple(notes))
     alive = (t + 2 * rows) * c.hidden_row if line.sampler_hidden else rows * c.hidden_row

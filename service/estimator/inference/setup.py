@@ -16,7 +16,7 @@ from typing import Any
 from service.estimator.checkpoint import CheckpointWeights, scale_to_checkpoint
 from service.estimator.engines import get_engine
 from service.estimator.engines.base import Engine, EngineSettings, StageArgs
-from service.estimator.engines.overhead import OverheadTerms
+from service.estimator.engines.overhead import OverheadTerms, driver_reservation_note
 from service.estimator.formats import get_format, kv_dtype_bytes
 from service.estimator.forward import ForwardCoefficients, forward_coefficients
 from service.estimator.gpu import GpuSpec
@@ -112,8 +112,9 @@ def serving_setup(
     assumptions = [*choice.notes, *layout.assumptions, *weight_notes]
     if eager:
         assumptions.append("eager attention materializes heads × prompt² scores (+fp32 softmax)")
-    inside, outside = engine.overheads_on(settings, tp, pp, max(k.layers for k in kv_layouts), gpu)
+    inside, outside = engine.overheads(settings, tp, pp, max(k.layers for k in kv_layouts), gpu)
     assumptions.extend(inside.lines())
+    assumptions.append(driver_reservation_note(gpu))
     stages: list[Stage] = []
     for i, kv in enumerate(kv_layouts):
         build = engine.stage(

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from service.estimator.calibration import value
 from service.estimator.engines import get_engine
 from service.estimator.engines.sglang import SglangEngine
 from service.estimator.errors import InvalidRequest
@@ -54,10 +53,11 @@ def _engine() -> SglangEngine:
 
 def test_fraction_applies_to_memory_free_at_start() -> None:
     # 0.5.2 on an H100 at TP 1: mem_fraction_static 0.874 (line D); F0 = 80 GiB less the CUDA
-    # context (no NCCL at TP 1); the pool is what F0 x 0.874 leaves after the weights.
+    # context (no NCCL at TP 1; the GpuSpec names no SMs: the reference H100 SXM's 132 × 2048
+    # resident threads × 2060 B); the pool is what F0 x 0.874 leaves after the weights.
     setup = setup_for(_request(version="0.5.2"))
     assert setup.settings["mem_fraction_static"] == 0.874
-    free = 80 * GIB - int(value("cuda.context_bytes"))
+    free = 80 * GIB - 132 * 2048 * 2060
     budget = int(free * 0.874)
     assert setup.usable(H100.total_bytes) == budget
     assert setup.stages[0].weights == LLAMA_WEIGHTS

@@ -110,6 +110,64 @@ def test_a100_takes_the_small_tier_from_0_10() -> None:
     assert tier("0.10.1") == (2048, 256)
 
 
+@pytest.mark.parametrize(
+    ("gpu", "version", "serve", "llm"),
+    [
+        # EngineArgs._set_default_args (v0.10.1 arg_utils.py): the LLM class gets 16384 tokens
+        # on a GPU of 70 GiB or more that is not an A100, 8192 below or on an A100; the
+        # OpenAI server 8192 and 2048. The sequence defaults are the same for both.
+        (H100, "0.10.1", (8192, 1024), (16384, 1024)),
+        (A100, "0.10.1", (2048, 256), (8192, 256)),
+        (A100, "0.8.5", (8192, 1024), (16384, 1024)),  # before the A100 exclusion
+        # v0.34's tier for 160 GiB and more: 16384 either way.
+        (
+            GpuSpec("b200", "NVIDIA B200", 178 * GIB, (10, 0), vendor="nvidia"),
+            "0.34.0",
+            (16384, 1024),
+            (16384, 1024),
+        ),
+        # v0.34 keeps GB10 (compute capability 12.1, 128 GB unified) on the small tier.
+        (
+            GpuSpec("gb10", "NVIDIA GB10", 119 * GIB, (12, 1), vendor="nvidia"),
+            "0.34.0",
+            (2048, 256),
+            (8192, 256),
+        ),
+    ],
+)
+def test_entrypoint_picks_the_usage_context_tier(
+    gpu: GpuSpec, version: str, serve: tuple[int, int], llm: tuple[int, int]
+) -> None:
+    def tier(entrypoint: str) -> tuple[object, object]:
+        req = InferenceRequest(
+            catalog_architecture(LLAMA_8B),
+            engine="vllm",
+            engine_options={"version": version, "entrypoint": entrypoint},
+            gpu_memory_bytes=gpu.total_bytes,
+            gpu=gpu,
+        )
+        s = req.settings()
+        return s["max_num_batched_tokens"], s["max_num_seqs"]
+
+    assert tier("serve") == serve
+    assert tier("llm") == llm
+
+
+def test_entrypoint_does_not_change_v0_defaults() -> None:
+    assert _settings("0.6.4", max_model_len=20000, entrypoint="llm")["max_num_batched_tokens"] == (
+        20000
+    )
+
+
+def test_unknown_entrypoint_is_a_422_naming_the_field() -> None:
+    req = InferenceRequest(
+        catalog_architecture(LLAMA_8B), engine="vllm", engine_options={"entrypoint": "grpc"}
+    )
+    with pytest.raises(InvalidRequest) as e:
+        req.settings()
+    assert e.value.field == "engine_options.entrypoint"
+
+
 def _setup(version: str):  # type: ignore[no-untyped-def]
     req = InferenceRequest(
         catalog_architecture(LLAMA_8B),
