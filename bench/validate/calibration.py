@@ -243,17 +243,6 @@ def checks() -> list[Check]:
             [_vllm_row(r, "graphs") for r in rows if r["cudagraph_actual_gib"]],
         ),
     ]
-    sampler_rows = _registered_rows("vllm.sampler_bytes_per_logit")
-    activation = [r for r in rows if r["activation_gib"]]
-    out.append(
-        Check(
-            ("vllm.sampler_bytes_per_logit",),
-            [_vllm_row(r, "activations") for r in activation if r["run"] in sampler_rows],
-            [_vllm_row(r, "activations") for r in activation if r["run"] not in sampler_rows],
-            "held out: every other vLLM row with a profiled activation figure (where the "
-            "forward, not the sampler, may set the peak)",
-        )
-    )
     out.append(Check(("transformers.sampling_bytes_per_logit",), _transformers_decode_rows()))
     out.append(Check(("training.fragmentation_fraction",), _reserved_rows()))
     return out

@@ -170,18 +170,6 @@ _ENTRIES: tuple[Calibrated, ...] = (
         applies_to="vLLM without enforce_eager",
     ),
     Calibrated(
-        "vllm.sampler_bytes_per_logit",
-        12.75,
-        "bytes per logit",
-        "vLLM's dummy sampler run during profiling holds, beyond the model-dtype logits, their "
-        "fp32 copy (4 B) and the top-k/top-p work space (sorted values, int64 indices, "
-        "probabilities).",
-        "Fitted to vLLM v0.19's profiled activation peak on the rows where the sampler is the "
-        "peak.",
-        fitted_on=_rows(_VLLM_H100, "llama31-8b", "qwen25-7b-kvfp8", "qwen25-72b-tp2", "gemma2-9b"),
-        applies_to="vLLM v1 profiling run",
-    ),
-    Calibrated(
         "transformers.sampling_bytes_per_logit",
         16,
         "bytes per vocabulary entry",

@@ -40,7 +40,6 @@ def test_register_values_are_pinned() -> None:
         "nccl.pp_peer_bytes": 64 * MIB,
         "vllm.cuda_graph_base_bytes": 384 * MIB,
         "vllm.cuda_graph_per_layer_bytes": 17 * MIB,
-        "vllm.sampler_bytes_per_logit": 12.75,
         "transformers.sampling_bytes_per_logit": 16,
         "training.fragmentation_fraction": 0.05,
         "training.backward_work_intermediate": 3,
@@ -52,9 +51,9 @@ def test_register_values_are_pinned() -> None:
 
 
 def test_override_is_scoped_and_checked() -> None:
-    with calibration.overridden(vllm__sampler_bytes_per_logit=1.0):
-        assert calibration.value("vllm.sampler_bytes_per_logit") == 1.0
-    assert calibration.value("vllm.sampler_bytes_per_logit") == 12.75
+    with calibration.overridden(nccl__pp_peer_bytes=1.0):
+        assert calibration.value("nccl.pp_peer_bytes") == 1.0
+    assert calibration.value("nccl.pp_peer_bytes") == 64 * MIB
     try:
         with calibration.overridden(no__such_entry=1.0):
             raise AssertionError("an unknown entry must be refused")
@@ -199,16 +198,17 @@ def test_data_parallel_nccl_pricing() -> None:
 
 
 def test_vllm_profiling_peak_is_the_sampler_run() -> None:
-    # On an H100-sized GPU vLLM profiles 8192 tokens and samples min(1024, 8192) rows: bf16
-    # logits plus 12.75 B per logit of fp32 copy and top-k/top-p work space, while the 8192-row
-    # hidden states and two 1024-row copies stay alive. That exceeds the forward's
-    # 8192 × 2 × (4h + 3I) bytes. (The 0.19 line: the one the sampler term was fitted on.)
+    # On an H100-sized GPU vLLM 0.19 profiles 8192 tokens and samples min(1024, 8192) rows:
+    # bf16 logits plus Triton top-k/top-p's 12 B per logit (fp32 copy, probabilities, the
+    # exponential draw) and its cached [132, V] fp32 buffer (no SMs named: 132), while the
+    # 8192-row hidden states and two 1024-row copies stay alive. That exceeds the forward's
+    # 8192 × 2 × (4h + 3I) bytes.
     req = InferenceRequest(
         architecture=LLAMA,
         engine="vllm",
         gpu_memory_bytes=80 * GIB,
         engine_options={"version": "0.19"},
     )
-    sampler = 1024 * V * (2 + 12.75) + 8192 * H * 2 + 2 * 1024 * H * 2
+    sampler = 1024 * V * (2 + 12) + 132 * V * 4 + 8192 * H * 2 + 2 * 1024 * H * 2
     assert sampler > 8192 * 2 * (4 * H + 3 * FF)
     assert stage_figures(req)[0].activations == int(sampler)

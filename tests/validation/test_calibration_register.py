@@ -36,8 +36,6 @@ def test_leave_one_out_bounds(results: dict[tuple[str, ...], c.Result]) -> None:
     # that GPU's bare context within 6 % (eight GPUs, 107 to 612 MiB).
     context = results[("cuda.context_bytes_per_resident_thread",)]
     assert len(context.loo) >= 8 and max(abs(e) for _, e in context.loo) <= 0.06
-    sampler = results[("vllm.sampler_bytes_per_logit",)]
-    assert max(abs(e) for _, e in sampler.loo) <= 0.01
     nccl = results[("nccl.tp_group_bytes", "nccl.tp_peer_bytes")]
     assert max(abs(e) for _, e in nccl.loo) <= 0.05
 
@@ -45,8 +43,6 @@ def test_leave_one_out_bounds(results: dict[tuple[str, ...], c.Result]) -> None:
 def test_leave_one_model_out_bounds(results: dict[tuple[str, ...], c.Result]) -> None:
     # Refitted without every row of a model (a model's other quantizations and layouts cannot
     # stand in for it), each model's rows stay within these bounds.
-    sampler = results[("vllm.sampler_bytes_per_logit",)]
-    assert max(abs(e) for _, e in sampler.lomo) <= 0.01
     nccl = results[("nccl.tp_group_bytes", "nccl.tp_peer_bytes")]
     assert max(abs(e) for _, e in nccl.lomo) <= 0.05
     fragmentation = results[("training.fragmentation_fraction",)]
@@ -63,7 +59,6 @@ def test_rows_name_their_model(results: dict[tuple[str, ...], c.Result]) -> None
 def test_the_refit_recovers_the_fitted_values(results: dict[tuple[str, ...], c.Result]) -> None:
     # Entries fitted by least squares on exactly these rows come back near their value.
     for names in (
-        ("vllm.sampler_bytes_per_logit",),
         ("nccl.tp_group_bytes", "nccl.tp_peer_bytes"),
         ("cuda.context_bytes_per_resident_thread",),
     ):

@@ -15,8 +15,10 @@ expert intermediate size on one rank, ``E`` experts, ``d`` activation bytes.
   when the profiling run samples), plus an ``M·H·d`` output.
 
 Every path also holds the router logits (``M·E·d``), ``topk_weights`` and ``topk_ids``
-(``M·k·8``). Up to v0.11.2 the fused path works in chunks of ``VLLM_FUSED_MOE_CHUNK_SIZE`` =
-32768 tokens (``vllm/envs.py``); the modular kernel of v0.22/v0.34 takes the whole batch.
+(``M·k·8``). The routed path works in chunks of ``VLLM_FUSED_MOE_CHUNK_SIZE`` tokens
+(``vllm/envs.py``): 32768 up to v0.11, 16384 in v0.12 - v0.17; from v0.18 the modular kernel
+takes the whole batch (the line's ``moe_chunk_tokens``). The workspace manager of
+``workspace`` exists from v0.14.
 A checkpoint whose MoE runs with dynamic fp8/int8 activations also quantizes the layer input
 (``M·H`` bytes + ``M·4`` scales) and the activation before the down GEMM (``M·k·I`` + scales),
 ``moe_kernel_quantize_input`` in ``fused_experts_impl``.
@@ -53,15 +55,17 @@ def moe_buffers(
     tokens: int,
     dtype_bytes: float,
     scheme: str,
+    chunk: int | None = CHUNK_TOKENS,
     quantized_activations: bool = False,
 ) -> MoeBuffers:
-    """The fused-MoE buffers of one MoE layer of ``arch`` on one TP rank (zero without MoE)."""
+    """The fused-MoE buffers of one MoE layer of ``arch`` on one TP rank (zero without MoE);
+    the routed path works ``chunk`` tokens at a time (None: the whole batch)."""
     moe = arch.moe
     if moe is None:
         return MoeBuffers(0.0, 0.0)
     d, h, k, e = dtype_bytes, arch.hidden_size, moe.experts_per_token, moe.num_experts
     i = moe.expert_intermediate_size / tp
-    m = tokens if scheme == "workspace" else min(tokens, CHUNK_TOKENS)
+    m = tokens if chunk is None else min(tokens, chunk)
     router = tokens * e * d + tokens * k * 8
     persistent = 0.0
     if scheme == "separate":

@@ -153,7 +153,7 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "gpu_memory_utilization",
         float,
-        "vLLM: fraction of the GPU's memory vLLM may use (0.9; 0.92 from 0.21; 1.0 with "
+        "vLLM: fraction of the GPU's memory vLLM may use (0.9; 0.92 from 0.20; 1.0 with "
         "0.34's extensible KV cache); SGLang's equivalent is mem_fraction_static.",
         low=0.0,
         high=1.0,
@@ -225,9 +225,9 @@ OPTIONS: tuple[Option, ...] = (
         "vLLM: the top-k/top-p sampler its profiling run measures (`auto`: the line's own; "
         "`flashinfer`: FlashInfer's, which V1 picks whenever the flashinfer package is "
         "installed in 0.8-0.10 (the Docker image ships it, a plain pip install does not) and "
-        "only under VLLM_USE_FLASHINFER_SAMPLER=1 in 0.11-0.20; the 0.22 line picks it by "
-        "default on compute capability 7.5-12.1; the log then says 'Using FlashInfer for "
-        "top-p & top-k sampling').",
+        "only under VLLM_USE_FLASHINFER_SAMPLER=1 in 0.11-0.20; the log then says 'Using "
+        "FlashInfer for top-p & top-k sampling'. From 0.21 FlashInfer serves by default but "
+        "the profiling run also warms the Triton path, whose peak stands either way).",
         default="auto",
         choices=SAMPLER_CHOICES,
     ),

@@ -15,10 +15,11 @@ dummy tokens, then a dummy sampler run over ``R`` rows (V0: ``max_num_seqs`` seq
 - the sampler: ``R × V`` logits in the model dtype plus the sampler's own bytes per logit —
   V0 ``sampler.py``: an fp32 copy, the sorted values and int64 indices, masks, probabilities,
   cumulative sums and the scattered result (30 B); V1's native top-k/top-p
-  (``topk_topp_sampler.py``, v0.8.5 - v0.11.2): 26 B; v0.22's Triton top-k/top-p
-  (``topk_topp_triton.py``): 12 B plus a cached ``[min(next_pow2(min(SM, R)), SM), V]`` fp32
-  buffer; v0.34's sampler (``v1/worker/gpu/sample/sampler.py``): 4 B plus that buffer. The
-  v0.19 line keeps its fitted per-logit term (calibration ``vllm.sampler_bytes_per_logit``).
+  (``topk_topp_sampler.py``, v0.8.5 - v0.16): 26 B; the Triton top-k/top-p from v0.17
+  (``topk_topp_triton.py``, taken from 8 rows): 12 B plus a cached
+  ``[min(next_pow2(min(SM, R)), SM), V]`` fp32 buffer (from v0.21 FlashInfer serves by
+  default, but the dummy run also warms this native path, so its peak stands); v0.34's sampler
+  (``v1/worker/gpu/sample/sampler.py``): 4 B plus that buffer.
   From v0.10.1 the forward's ``T × h`` output and two ``R × h`` copies stay alive meanwhile
   (V0 keeps its hidden states too).
 
@@ -36,7 +37,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from service.estimator.calibration import value
 from service.estimator.engines.moe_workspace import moe_buffers
 from service.estimator.engines.vllm_versions import VllmLine
 from service.estimator.forward import HIDDEN_TENSORS, ForwardCoefficients, dense_widths
@@ -157,22 +157,10 @@ def _layer_moment(
         else:
             per = dense * d
         widest = max(widest, per * t)
-    moe = moe_buffers(arch, tp, t, d, line.moe, quantized_activations=quant)
+    moe = moe_buffers(
+        arch, tp, t, d, line.moe, chunk=line.moe_chunk_tokens, quantized_activations=quant
+    )
     return max(widest, moe.transient), moe.persistent
-
-
-def _samples_with_flashinfer_by_default(line: VllmLine, gpu: GpuSpec | None) -> bool:
-    """Whether ``line`` picks FlashInfer's top-k/top-p sampler on ``gpu`` on its own: CUDA
-    within the line's compute capabilities (an unknown GPU is taken as a supported one)."""
-    span = line.flashinfer_sampler_capabilities
-    if span is None:
-        return False
-    if gpu is None:
-        return True
-    if gpu.vendor not in (None, "nvidia"):
-        return False
-    cc = gpu.compute_capability
-    return cc is None or span[0] <= cc <= span[1]
 
 
 def profile_peak(
@@ -196,45 +184,35 @@ def profile_peak(
     t = tokens
     rows = max_num_seqs if not line.v1 else min(max_num_seqs, t)
     notes: list[str] = []
-    flashinfer = sampler_kind == "flashinfer" and line.v1
-    if sampler_kind == "auto" and _samples_with_flashinfer_by_default(line, gpu):
-        flashinfer = True
+    flashinfer = sampler_kind == "flashinfer" and line.v1 and not line.warms_native_sampler
+    if sampler_kind == "flashinfer" and line.warms_native_sampler:
         notes.append(
-            f"vLLM {line.name} samples with FlashInfer on this GPU by default "
-            "(VLLM_USE_FLASHINFER_SAMPLER unset); engine_options.sampler cannot turn it off"
+            f"vLLM {line.name}'s profiling run also warms the native sampler (Triton top-k/"
+            "top-p): its peak stands whichever sampler serves"
         )
     if sampler_kind == "flashinfer" and not line.v1:
         notes.append(
             "V0 samples with FlashInfer only under VLLM_USE_FLASHINFER_SAMPLER=1: modelled with "
             "its sort-based sampler"
         )
-    if line.sampler == "fitted":
-        # The calibrated line: the forward coefficient and the fitted sampler term as measured.
-        forward = c.per_token * t
-        persistent = 0.0
-        per_logit = c.dtype_bytes + value("vllm.sampler_bytes_per_logit")
-        if flashinfer:
-            per_logit = c.dtype_bytes + _SAMPLER_BYTES["flashinfer"]
-        buffer = 0.0
-    else:
-        quant = activation_quantized(weight_kind, gpu)
-        transient, persistent = _layer_moment(arch, c, line, tp, t, quant)
-        forward = c.dtype_bytes * HIDDEN_TENSORS * arch.hidden_size * t + transient
-        kind = "flashinfer" if flashinfer else line.sampler
-        per_logit = c.dtype_bytes + _SAMPLER_BYTES[kind]
-        if flashinfer and line.flashinfer_from_probs:
-            per_logit = c.dtype_bytes + _FLASHINFER_FROM_PROBS
-        buffer = 0.0
-        if kind in ("triton", "v2"):
-            sm = gpu.multiprocessors if gpu is not None else None
-            buffer = sampler_buffer_rows(rows, sm or DEFAULT_MULTIPROCESSORS) * c.vocab * 4
+    quant = activation_quantized(weight_kind, gpu)
+    transient, persistent = _layer_moment(arch, c, line, tp, t, quant)
+    forward = c.dtype_bytes * HIDDEN_TENSORS * arch.hidden_size * t + transient
+    kind = "flashinfer" if flashinfer else line.sampler
+    per_logit = c.dtype_bytes + _SAMPLER_BYTES[kind]
+    if flashinfer and line.flashinfer_from_probs:
+        per_logit = c.dtype_bytes + _FLASHINFER_FROM_PROBS
+    buffer = 0.0
+    if kind in ("triton", "v2"):
+        sm = gpu.multiprocessors if gpu is not None else None
+        buffer = sampler_buffer_rows(rows, sm or DEFAULT_MULTIPROCESSORS) * c.vocab * 4
     if not is_last:
         return ProfileRun(forward + 2 * t * c.hidden_row, 0.0, persistent, rows, tuple(notes))
     alive = (t + 2 * rows) * c.hidden_row if line.sampler_hidden else rows * c.hidden_row
     sampler = rows * c.vocab * per_logit + buffer + alive
     held = persistent
     v = arch.vision
-    if v is not None and line.v1 and line.sampler != "fitted" and mm_limit != 0:
+    if v is not None and line.v1 and mm_limit != 0:
         limit = DEFAULT_MM_LIMIT if mm_limit is None else mm_limit
         tok = v.tokens_per_image
         budget = max(t, tok)

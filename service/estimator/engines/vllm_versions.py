@@ -2,8 +2,9 @@
 
 Each :class:`VllmLine` is one accounting, read from one published vLLM wheel's Python sources
 (cited as the public repository vllm-project/vllm at the tag), and covers the releases from it
-up to the next line. ``engine_options.version`` names a release; :func:`line_for` maps it to the
-newest modelled line at or below it (an assumption line says so when it is not one of them).
+up to the next line (``first`` names the first release it covers). ``engine_options.version``
+names a release; :func:`line_for` maps it to the line whose releases hold it (an assumption line
+says so when it is not the release a line was read from).
 
 What differs between lines, field by field:
 
@@ -19,25 +20,27 @@ What differs between lines, field by field:
     NCCL's and custom all-reduce's init-time buffers are inside (0.8.5's V0 worker, the
     default engine of 0.6.5–0.7; 0.10.1).
   - ``comm_outside``: as ``profiled`` but the snapshot follows the distributed init, so only
-    what NCCL allocates lazily during the profiling run is inside (0.11.2 onwards:
+    what NCCL allocates lazily during the profiling run is inside (0.11.0 onwards:
     "Initialize the distributed environment BEFORE taking memory snapshot").
   - ``extensible``: 0.34's extensible KV cache: the pool is what is free after warm-up and
     CUDA-graph capture, less the profiled transient peak ``P`` and a margin of
     ``max(1 GiB, 0.75·P)`` (``vllm/v1/worker/extensible_kv_cache.py: measure_kv_cache_bytes``).
 - ``graphs_in_budget``: CUDA-graph memory is estimated before the pool is sized and subtracted
-  from it (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``, default since 0.21; 0.22.0's
-  ``gpu_model_runner.profile_cudagraph_memory``); before, the graphs are captured after the KV
-  cache is allocated, in the margin the budget leaves.
-- defaults: ``gpu_memory_utilization`` (0.9; 0.92 from 0.22, ``config/cache.py``; 1.0 with
+  from it (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``: present from 0.18 but off, on by
+  default from 0.20; ``gpu_model_runner.profile_cudagraph_memory``); before, the graphs are
+  captured after the KV cache is allocated, in the margin the budget leaves.
+- defaults: ``gpu_memory_utilization`` (0.9; 0.92 from 0.20, ``config/cache.py``; 1.0 with
   0.34's extensible cache), ``block_size`` (16; 64 in 0.34), the scheduler's batch defaults
   (``batch``: ``v0`` = 256 sequences and ``max(max_model_len, 2048)`` tokens unless chunked
   prefill, which V0 turns on above 32768 tokens; ``v1`` tiers of ``EngineArgs``: ``v1-0.8``
   without the A100 exclusion of PR 17885, ``v1-0.9`` with it, both without clamping
   ``max_num_seqs`` to ``max_num_batched_tokens``).
 - the profiling run: ``sampler`` (bytes per logit of the dummy sampler run and the cached
-  Triton buffer), ``sampler_hidden`` (whether the forward's ``tokens × h`` output stays alive
-  through the sampler run: 0.10.1 onwards), ``moe`` (the fused-MoE buffers,
-  :mod:`.moe_workspace`).
+  Triton buffer: the sort-based native top-k/top-p up to 0.16, Triton from 0.17), whether the
+  run also warms the native sampler (``warms_native_sampler``, 0.21 onwards), ``sampler_hidden``
+  (whether the forward's ``tokens × h`` output stays alive through the sampler run: 0.10.1
+  onwards), ``moe`` and ``moe_chunk_tokens`` (the fused-MoE buffers and the tokens they are
+  sized for, :mod:`.moe_workspace`).
 - ``kv_cache_memory_hint``: the start-up log offers a ``--kv-cache-memory`` value (from
   0.11.2; at DEBUG level until 0.34, which logs it at INFO).
 - ``max_len``: the derived ``max_model_len`` rules that changed (a config's
@@ -58,7 +61,7 @@ __all__ = ["LINES", "NEWEST", "VllmLine", "line_for", "parse_version"]
 
 Budget = Literal["device", "profiled", "comm_outside", "extensible"]
 Batch = Literal["v0", "v1-0.8", "v1-0.9", "v1", "v1-0.34"]
-Sampler = Literal["v0", "native", "fitted", "triton", "v2", "flashinfer"]
+Sampler = Literal["v0", "native", "triton", "v2", "flashinfer"]
 Moe = Literal["separate", "shared", "shared+out", "workspace"]
 
 
@@ -69,6 +72,8 @@ class VllmLine:
     name: str
     releases: str
     source: str
+    # The first release the line covers (the name is the release its code was read from).
+    first: str
     v1: bool
     budget: Budget
     gpu_memory_utilization: float
@@ -79,10 +84,9 @@ class VllmLine:
     moe: Moe
     graphs_in_budget: bool = False
     kv_cache_memory_hint: bool = False
-    # Compute capabilities on which the line samples with FlashInfer unless told otherwise
-    # (VLLM_USE_FLASHINFER_SAMPLER defaults to on and flashinfer is a requirement); None: the
-    # line's own sampler unless engine_options.sampler says flashinfer.
-    flashinfer_sampler_capabilities: tuple[tuple[int, int], tuple[int, int]] | None = None
+    # VLLM_FUSED_MOE_CHUNK_SIZE: the fused-MoE path works on this many tokens at a time (None:
+    # the whole batch, from 0.18).
+    moe_chunk_tokens: int | None = 32768
     model_max_length_overrides: bool = True
     longrope_original: bool = True
     yarn_scales: bool = True
@@ -97,6 +101,9 @@ class VllmLine:
     encoder_items_per_prompt: bool = False
     # 0.8.5: FlashInfer samples from probabilities (topk_topp_sampler.forward_cuda).
     flashinfer_from_probs: bool = False
+    # 0.21 on: the profiling run also calls the sampler with a generator, which takes the native
+    # path (Triton top-k/top-p), so FlashInfer never lowers the profiled peak.
+    warms_native_sampler: bool = False
     # 0.6.4: a model mixing sliding and full layers is capped at its sliding window.
     hybrid_window_caps_length: bool = False
     # 0.11.2: each dummy image's encoder output spans the whole encoder budget.
@@ -106,7 +113,13 @@ class VllmLine:
 
     @property
     def key(self) -> tuple[int, ...]:
+        """The release whose code the line was read from."""
         return parse_version(self.name)
+
+    @property
+    def start(self) -> tuple[int, ...]:
+        """The first release the line covers."""
+        return parse_version(self.first)
 
 
 LINES: tuple[VllmLine, ...] = (
@@ -115,6 +128,7 @@ LINES: tuple[VllmLine, ...] = (
         "0.6.0 – 0.6.4",
         "vllm/worker/worker.py, vllm/worker/model_runner.py, vllm/model_executor/layers/"
         "sampler.py, vllm/model_executor/layers/fused_moe/fused_moe.py (v0.6.4)",
+        first="0.6.0",
         v1=False,
         budget="device",
         gpu_memory_utilization=0.9,
@@ -139,6 +153,7 @@ LINES: tuple[VllmLine, ...] = (
         "0.6.5",
         "0.6.5 – 0.7.x (V0, the default engine), and V0 in 0.8.x",
         "vllm/worker/worker.py and vllm/utils.py: memory_profiling (v0.8.5, its V0 worker)",
+        first="0.6.5",
         v1=False,
         budget="profiled",
         gpu_memory_utilization=0.9,
@@ -161,6 +176,7 @@ LINES: tuple[VllmLine, ...] = (
         "0.8.0 – 0.9.0 (V1 the default engine)",
         "vllm/v1/worker/gpu_worker.py, vllm/engine/arg_utils.py, vllm/v1/sample/ops/"
         "topk_topp_sampler.py (v0.8.5)",
+        first="0.8.0",
         v1=True,
         budget="device",
         gpu_memory_utilization=0.9,
@@ -185,6 +201,7 @@ LINES: tuple[VllmLine, ...] = (
         "0.9.1 – 0.9.x",
         "vllm/v1/worker/gpu_worker.py, vllm/engine/arg_utils.py, vllm/v1/worker/"
         "gpu_model_runner.py, vllm/v1/sample/ops/topk_topp_sampler.py (v0.9.1)",
+        first="0.9.1",
         v1=True,
         budget="profiled",
         gpu_memory_utilization=0.9,
@@ -207,6 +224,7 @@ LINES: tuple[VllmLine, ...] = (
         "0.10.x",
         "vllm/v1/worker/gpu_worker.py, vllm/utils/__init__.py: memory_profiling, "
         "vllm/engine/arg_utils.py (v0.10.1)",
+        first="0.10.0",
         v1=True,
         budget="profiled",
         gpu_memory_utilization=0.9,
@@ -220,9 +238,10 @@ LINES: tuple[VllmLine, ...] = (
     ),
     VllmLine(
         "0.11.2",
-        "0.11.0 – 0.18.x",
+        "0.11.x",
         "vllm/v1/worker/gpu_worker.py, vllm/v1/worker/gpu_model_runner.py, "
         "vllm/model_executor/layers/fused_moe/fused_moe.py (v0.11.2)",
+        first="0.11.0",
         v1=True,
         budget="comm_outside",
         gpu_memory_utilization=0.9,
@@ -240,25 +259,71 @@ LINES: tuple[VllmLine, ...] = (
         ),
     ),
     VllmLine(
-        "0.19",
-        "0.19.x – 0.20.x (the line shared/validation was measured on)",
-        "calibrated on vLLM v0.19 start-up figures on H100 (shared/validation); code "
-        "mechanisms as 0.11.2 with the sampler term fitted",
+        "0.13",
+        "0.12.0 – 0.13.x",
+        "vllm/envs.py (VLLM_FUSED_MOE_CHUNK_SIZE 16384), vllm/v1/worker/gpu_model_runner.py, "
+        "vllm/model_executor/layers/quantization/mxfp4.py (v0.12.0, v0.13.0)",
+        first="0.12.0",
         v1=True,
         budget="comm_outside",
         gpu_memory_utilization=0.9,
         block_size=16,
         batch="v1",
-        sampler="fitted",
+        sampler="native",
         sampler_hidden=True,
-        moe="shared",
+        moe="shared+out",
+        moe_chunk_tokens=16384,
+        kv_cache_memory_hint=True,
+        notes=(
+            "0.12.0 expands each dummy image's encoder output per item during the profiling "
+            "run, 0.13 does not: modelled as 0.13",
+        ),
+    ),
+    VllmLine(
+        "0.16",
+        "0.14.0 – 0.16.x",
+        "vllm/model_executor/layers/fused_moe/modular_kernel.py and vllm/v1/worker/"
+        "workspace.py (the MoE workspace), vllm/v1/sample/ops/topk_topp_sampler.py "
+        "(v0.14.0, v0.16.0)",
+        first="0.14.0",
+        v1=True,
+        budget="comm_outside",
+        gpu_memory_utilization=0.9,
+        block_size=16,
+        batch="v1",
+        sampler="native",
+        sampler_hidden=True,
+        moe="workspace",
+        moe_chunk_tokens=16384,
         kv_cache_memory_hint=True,
     ),
     VllmLine(
-        "0.22",
-        "0.21.x – 0.33.x",
-        "vllm/v1/worker/gpu_worker.py, vllm/v1/worker/gpu_model_runner.py: "
-        "profile_cudagraph_memory, vllm/v1/worker/workspace.py, vllm/config/cache.py (v0.22.0)",
+        "0.19",
+        "0.17.0 – 0.19.x (0.19 is the line shared/validation was measured on)",
+        "vllm/v1/sample/ops/topk_topp_sampler.py: apply_top_k_top_p (Triton from 8 rows), "
+        "vllm/v1/worker/gpu_model_runner.py: _dummy_sampler_run, vllm/envs.py "
+        "(VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS default 0) (v0.17.0, v0.18.0, v0.19.0)",
+        first="0.17.0",
+        v1=True,
+        budget="comm_outside",
+        gpu_memory_utilization=0.9,
+        block_size=16,
+        batch="v1",
+        sampler="triton",
+        sampler_hidden=True,
+        moe="workspace",
+        moe_chunk_tokens=None,
+        kv_cache_memory_hint=True,
+        notes=(
+            "0.17 still splits the MoE batch in 16384-token chunks: modelled as 0.18, whole batch",
+        ),
+    ),
+    VllmLine(
+        "0.20",
+        "0.20.x",
+        "vllm/envs.py (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS default 1), "
+        "vllm/config/cache.py (gpu_memory_utilization 0.92) (v0.20.0)",
+        first="0.20.0",
         v1=True,
         budget="comm_outside",
         gpu_memory_utilization=0.92,
@@ -267,12 +332,33 @@ LINES: tuple[VllmLine, ...] = (
         sampler="triton",
         sampler_hidden=True,
         moe="workspace",
+        moe_chunk_tokens=None,
         graphs_in_budget=True,
         kv_cache_memory_hint=True,
-        # v0.22.0 vllm/envs.py (VLLM_USE_FLASHINFER_SAMPLER default True),
-        # v1/sample/ops/topk_topp_sampler.py, v1/attention/backends/flashinfer.py
-        # (supports_compute_capability: 7.5 - 12.1); flashinfer-python is a requirement.
-        flashinfer_sampler_capabilities=((7, 5), (12, 1)),
+        notes=("CUDA-graph memory is estimated before the KV cache is sized and charged to it",),
+    ),
+    VllmLine(
+        "0.22",
+        "0.21.0 – 0.33.x",
+        "vllm/v1/worker/gpu_worker.py, vllm/v1/worker/gpu_model_runner.py: "
+        "profile_cudagraph_memory, _dummy_sampler_run, vllm/v1/worker/workspace.py, "
+        "vllm/config/cache.py (v0.21.0, v0.22.0)",
+        first="0.21.0",
+        v1=True,
+        budget="comm_outside",
+        gpu_memory_utilization=0.92,
+        block_size=16,
+        batch="v1",
+        # FlashInfer samples by default on compute capability 7.5 - 12.1, but the dummy run
+        # also warms the native path (a generator forces it), whose Triton top-k/top-p and
+        # its cached buffer set the profiled peak on every GPU.
+        sampler="triton",
+        sampler_hidden=True,
+        moe="workspace",
+        moe_chunk_tokens=None,
+        graphs_in_budget=True,
+        warms_native_sampler=True,
+        kv_cache_memory_hint=True,
         notes=("CUDA-graph memory is estimated before the KV cache is sized and charged to it",),
     ),
     VllmLine(
@@ -280,6 +366,7 @@ LINES: tuple[VllmLine, ...] = (
         "0.34.x and later",
         "vllm/v1/worker/extensible_kv_cache.py, vllm/config/vllm.py, vllm/config/cache.py, "
         "vllm/v1/worker/gpu/sample/sampler.py (v0.34.0)",
+        first="0.34.0",
         v1=True,
         budget="extensible",
         gpu_memory_utilization=1.0,
@@ -288,6 +375,7 @@ LINES: tuple[VllmLine, ...] = (
         sampler="v2",
         sampler_hidden=True,
         moe="workspace",
+        moe_chunk_tokens=None,
         graphs_in_budget=True,
         kv_cache_memory_hint=True,
         yarn_scales=False,
@@ -326,7 +414,7 @@ def line_for(version: str) -> tuple[VllmLine, str | None]:
             f"{', '.join(line.name for line in LINES)})",
             field="engine_options.version",
         ) from None
-    below = [line for line in LINES if line.key <= key]
+    below = [line for line in LINES if line.start <= key]
     line = below[-1] if below else LINES[0]
     if line.key == key:
         return line, None

@@ -7,8 +7,6 @@ the buffer shapes in vLLM's sources (vllm-project/vllm at the tags named), writt
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from service.estimator.engines.moe_workspace import moe_buffers
@@ -35,7 +33,15 @@ A100 = GpuSpec("a100", "NVIDIA A100 SXM4 80GB", round(79.15 * GIB), (8, 0), vend
         ("v0.8.5", "0.8.5", False),
         ("0.9.1", "0.9.1", False),
         ("0.9.0", "0.8.5", True),
-        ("0.15.2rc1.dev93+g11a4c9d30", "0.11.2", True),
+        ("0.15.2rc1.dev93+g11a4c9d30", "0.16", True),
+        ("0.18.0", "0.19", True),
+        ("0.20.1", "0.20", True),
+        ("0.12.0", "0.13", True),
+        # A line covers releases from its first one, not from the release it was read from.
+        ("0.11.0", "0.11.2", True),
+        ("0.21.0", "0.22", True),
+        ("0.8.0", "0.8.5", True),
+        ("0.6.0", "0.6.4", True),
         ("0.2.5", "0.6.4", True),  # before every line: the oldest, said so
         ("1.2.0", NEWEST.name, True),
     ],
@@ -320,17 +326,21 @@ def test_v0_keeps_its_sampler_under_the_flashinfer_option() -> None:
     assert a == b
 
 
-def test_0_22_samples_with_flashinfer_by_default_within_its_compute_capabilities() -> None:
-    # v0.22.0: VLLM_USE_FLASHINFER_SAMPLER defaults to on and FlashInfer's backend supports
-    # compute capability 7.5-12.1, so `auto` on an A100 (8.0) is the FlashInfer moment, while a
-    # V100 (7.0) keeps the sort-based sampler.
-    def moment(sampler: str, gpu: GpuSpec) -> int:
-        return int(_sampler_setup("0.22", sampler, gpu).stages[-1].fixed_activation)
+def test_triton_sampler_from_0_17_and_its_warm_up_from_0_21() -> None:
+    # 0.10.1 on an A100: 2048 tokens, 256 sampler rows, vocabulary 128256. The sort-based
+    # top-k/top-p costs 38 B per logit (bf16 logits included), Triton's (0.17 on:
+    # apply_top_k_top_p_triton from 8 rows) 14 B plus its cached [min(next_pow2(min(SM, R)),
+    # SM), V] fp32 buffer: 132 rows for an A100 spec that names no SMs.
+    logits, buffer = 256 * 128256, 132 * 128256 * 4
 
-    v100 = dataclasses.replace(A100, compute_capability=(7, 0))
-    assert moment("auto", A100) == moment("flashinfer", A100)
-    assert moment("auto", v100) > moment("flashinfer", A100)
-    assert moment("auto", v100) == moment("auto", dataclasses.replace(A100, vendor="amd"))
+    def moment(version: str, sampler: str = "auto") -> int:
+        return int(_sampler_setup(version, sampler).stages[-1].fixed_activation)
+
+    assert moment("0.16.0") - moment("0.19") == logits * (38 - 14) - buffer
+    # FlashInfer on request in 0.19 (VLLM_USE_FLASHINFER_SAMPLER=1): 14 B per logit, no buffer.
+    assert moment("0.19") - moment("0.19", "flashinfer") == buffer
+    # From 0.21 the dummy run also warms the native path, so FlashInfer never lowers the peak.
+    assert moment("0.22", "flashinfer") == moment("0.22")
 
 
 def test_0_8_5_flashinfer_samples_from_probabilities() -> None:
