@@ -136,8 +136,15 @@ PARTIAL_ONLY = {"v_pr12569", "v_mlc2267", "v_strix_pr5", "v_lmcache1739", "v_331
 PER_TOKEN_ONLY = {"v_lmcache1739"}
 STAND_IN = GpuSpec("memory:stand-in", "a stand-in GPU of 80 GiB", 80 * GIB)
 
-#: Options a row's mxfp4 kernel needs when the log names it.
-MXFP4_BACKEND = {"v_33155": "triton"}
+#: Options a row's mxfp4 kernel needs when the log names it, or when its printed weights can
+#: only be one kernel's layout: the llm-d rows print 64.38 / 13.47 GiB for gpt-oss-120b / 20b
+#: on an H100, Triton's layout (64.32 / 13.42 GiB) where Marlin's, what a plain install of
+#: 0.11 takes without triton_kernels, is 65.91 / 13.69 GiB.
+MXFP4_BACKEND = {
+    "v_33155": "triton",
+    "v_llmd_h100_gptoss120b": "triton",
+    "v_llmd_h100_gptoss20b": "triton",
+}
 
 #: Rows whose printed budget names a utilization other than the row's stated one: vLLM's
 #: requested memory is ``total × util`` = weights + activation peak + non-torch + KV memory,
