@@ -256,6 +256,8 @@ def test_mig_capable_gpus_have_profiles(catalog: GpuCatalog) -> None:
         ("rtx-4080-super", (16376 - 434) * MIB),
         # nvidia-smi -q: Total 143771 MiB, Reserved 614 MiB (nvidia_gpu_exporter capture).
         ("h200-sxm-141gb", (143771 - 614) * MIB),
+        # PyTorch: "GPU 0 has a total capacity of 22.03 GiB" on an L4 (ArcInstitute/evo2#190).
+        ("l4", round(22.03 * GIB)),
     ],
 )
 def test_cuda_totals_are_the_cited_readings(
