@@ -39,14 +39,7 @@ def largest_true(predicate: Callable[[int], bool], lo: int, hi: int) -> int | No
             break
     if bad is None:
         return good
-    while bad - good > 1 and steps < MAX_SEARCH_STEPS:
-        mid = (good + bad) // 2
-        steps += 1
-        if predicate(mid):
-            good = mid
-        else:
-            bad = mid
-    return good
+    return _bisect(predicate, good, bad, steps)
 
 
 def smallest_true(
@@ -81,8 +74,15 @@ def smallest_true(
                 bad = probe
     if good is None:
         return None
-    while good - bad > 1 and steps < MAX_SEARCH_STEPS:
-        mid = (bad + good) // 2
+    return _bisect(predicate, good, bad, steps)
+
+
+def _bisect(predicate: Callable[[int], bool], good: int, bad: int, steps: int) -> int:
+    """Narrow ``good`` (predicate true) and ``bad`` (false) to neighbours, on either side of
+    each other, within what is left of :data:`MAX_SEARCH_STEPS` after ``steps``; the last
+    true point found."""
+    while abs(good - bad) > 1 and steps < MAX_SEARCH_STEPS:
+        mid = (good + bad) // 2
         steps += 1
         if predicate(mid):
             good = mid
