@@ -51,9 +51,10 @@ What differs between lines, field by field:
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from service.estimator.errors import InvalidRequest
 
@@ -121,6 +122,123 @@ class VllmLine:
         """The first release the line covers."""
         return parse_version(self.first)
 
+
+def _after(
+    previous: VllmLine, name: str, releases: str, source: str, first: str, **what: Any
+) -> VllmLine:
+    """The line that follows ``previous``: its identity, and only what changed (notes are
+    the line's own, never inherited)."""
+    what.setdefault("notes", ())
+    return dataclasses.replace(
+        previous, name=name, releases=releases, source=source, first=first, **what
+    )
+
+
+# From 0.11 the memory snapshot follows the distributed init: each line below is the previous
+# one with what its release changed.
+_V0_11 = VllmLine(
+    "0.11.2",
+    "0.11.x",
+    "vllm/v1/worker/gpu_worker.py, vllm/v1/worker/gpu_model_runner.py, "
+    "vllm/model_executor/layers/fused_moe/fused_moe.py (v0.11.2)",
+    first="0.11.0",
+    v1=True,
+    budget="comm_outside",
+    gpu_memory_utilization=0.9,
+    block_size=16,
+    batch="v1",
+    sampler="native",
+    sampler_hidden=True,
+    moe="shared+out",
+    kv_cache_memory_hint=True,
+    mxfp4_hopper="marlin",
+    encoder_output_spans_budget=True,
+    notes=(
+        "mxfp4 on Hopper: Marlin, as a plain `pip install vllm` of this line runs it (the "
+        "wheel does not ship triton_kernels)",
+    ),
+)
+_V0_13 = _after(
+    _V0_11,
+    "0.13",
+    "0.12.0 – 0.13.x",
+    "vllm/envs.py (VLLM_FUSED_MOE_CHUNK_SIZE 16384), vllm/v1/worker/gpu_model_runner.py, "
+    "vllm/model_executor/layers/quantization/mxfp4.py (v0.12.0, v0.13.0)",
+    first="0.12.0",
+    moe_chunk_tokens=16384,
+    mxfp4_hopper="triton",
+    encoder_output_spans_budget=False,
+    notes=(
+        "0.12.0 expands each dummy image's encoder output per item during the profiling "
+        "run, 0.13 does not: modelled as 0.13",
+    ),
+)
+_V0_16 = _after(
+    _V0_13,
+    "0.16",
+    "0.14.0 – 0.16.x",
+    "vllm/model_executor/layers/fused_moe/modular_kernel.py and vllm/v1/worker/"
+    "workspace.py (the MoE workspace), vllm/v1/sample/ops/topk_topp_sampler.py "
+    "(v0.14.0, v0.16.0)",
+    first="0.14.0",
+    moe="workspace",
+)
+_V0_19 = _after(
+    _V0_16,
+    "0.19",
+    "0.17.0 – 0.19.x (0.19 is the line shared/validation was measured on)",
+    "vllm/v1/sample/ops/topk_topp_sampler.py: apply_top_k_top_p (Triton from 8 rows), "
+    "vllm/v1/worker/gpu_model_runner.py: _dummy_sampler_run, vllm/envs.py "
+    "(VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS default 0) (v0.17.0, v0.18.0, v0.19.0)",
+    first="0.17.0",
+    sampler="triton",
+    moe_chunk_tokens=None,
+    notes=("0.17 still splits the MoE batch in 16384-token chunks: modelled as 0.18, whole batch",),
+)
+_V0_20 = _after(
+    _V0_19,
+    "0.20",
+    "0.20.x",
+    "vllm/envs.py (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS default 1), "
+    "vllm/config/cache.py (gpu_memory_utilization 0.92) (v0.20.0)",
+    first="0.20.0",
+    gpu_memory_utilization=0.92,
+    graphs_in_budget=True,
+    notes=("CUDA-graph memory is estimated before the KV cache is sized and charged to it",),
+)
+# FlashInfer samples by default on compute capability 7.5 - 12.1 from 0.21, but the dummy run
+# also warms the native path (a generator forces it), whose Triton top-k/top-p and its cached
+# buffer set the profiled peak on every GPU.
+_V0_22 = _after(
+    _V0_20,
+    "0.22",
+    "0.21.0 – 0.33.x",
+    "vllm/v1/worker/gpu_worker.py, vllm/v1/worker/gpu_model_runner.py: "
+    "profile_cudagraph_memory, _dummy_sampler_run, vllm/v1/worker/workspace.py, "
+    "vllm/config/cache.py (v0.21.0, v0.22.0)",
+    first="0.21.0",
+    warms_native_sampler=True,
+    notes=_V0_20.notes,
+)
+_V0_34 = _after(
+    _V0_22,
+    "0.34",
+    "0.34.x and later",
+    "vllm/v1/worker/extensible_kv_cache.py, vllm/config/vllm.py, vllm/config/cache.py, "
+    "vllm/v1/worker/gpu/sample/sampler.py (v0.34.0)",
+    first="0.34.0",
+    budget="extensible",
+    gpu_memory_utilization=1.0,
+    block_size=64,
+    batch="v1-0.34",
+    sampler="v2",
+    warms_native_sampler=False,
+    yarn_scales=False,
+    notes=(
+        "extensible KV cache: the pool is the memory free after warm-up and CUDA-graph "
+        "capture, less the profiled peak and a margin of max(1 GiB, 0.75 × peak)",
+    ),
+)
 
 LINES: tuple[VllmLine, ...] = (
     VllmLine(
@@ -236,154 +354,13 @@ LINES: tuple[VllmLine, ...] = (
         longrope_original=False,
         mxfp4_hopper="marlin",
     ),
-    VllmLine(
-        "0.11.2",
-        "0.11.x",
-        "vllm/v1/worker/gpu_worker.py, vllm/v1/worker/gpu_model_runner.py, "
-        "vllm/model_executor/layers/fused_moe/fused_moe.py (v0.11.2)",
-        first="0.11.0",
-        v1=True,
-        budget="comm_outside",
-        gpu_memory_utilization=0.9,
-        block_size=16,
-        batch="v1",
-        sampler="native",
-        sampler_hidden=True,
-        moe="shared+out",
-        kv_cache_memory_hint=True,
-        mxfp4_hopper="marlin",
-        encoder_output_spans_budget=True,
-        notes=(
-            "mxfp4 on Hopper: Marlin, as a plain `pip install vllm` of this line runs it (the "
-            "wheel does not ship triton_kernels)",
-        ),
-    ),
-    VllmLine(
-        "0.13",
-        "0.12.0 – 0.13.x",
-        "vllm/envs.py (VLLM_FUSED_MOE_CHUNK_SIZE 16384), vllm/v1/worker/gpu_model_runner.py, "
-        "vllm/model_executor/layers/quantization/mxfp4.py (v0.12.0, v0.13.0)",
-        first="0.12.0",
-        v1=True,
-        budget="comm_outside",
-        gpu_memory_utilization=0.9,
-        block_size=16,
-        batch="v1",
-        sampler="native",
-        sampler_hidden=True,
-        moe="shared+out",
-        moe_chunk_tokens=16384,
-        kv_cache_memory_hint=True,
-        notes=(
-            "0.12.0 expands each dummy image's encoder output per item during the profiling "
-            "run, 0.13 does not: modelled as 0.13",
-        ),
-    ),
-    VllmLine(
-        "0.16",
-        "0.14.0 – 0.16.x",
-        "vllm/model_executor/layers/fused_moe/modular_kernel.py and vllm/v1/worker/"
-        "workspace.py (the MoE workspace), vllm/v1/sample/ops/topk_topp_sampler.py "
-        "(v0.14.0, v0.16.0)",
-        first="0.14.0",
-        v1=True,
-        budget="comm_outside",
-        gpu_memory_utilization=0.9,
-        block_size=16,
-        batch="v1",
-        sampler="native",
-        sampler_hidden=True,
-        moe="workspace",
-        moe_chunk_tokens=16384,
-        kv_cache_memory_hint=True,
-    ),
-    VllmLine(
-        "0.19",
-        "0.17.0 – 0.19.x (0.19 is the line shared/validation was measured on)",
-        "vllm/v1/sample/ops/topk_topp_sampler.py: apply_top_k_top_p (Triton from 8 rows), "
-        "vllm/v1/worker/gpu_model_runner.py: _dummy_sampler_run, vllm/envs.py "
-        "(VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS default 0) (v0.17.0, v0.18.0, v0.19.0)",
-        first="0.17.0",
-        v1=True,
-        budget="comm_outside",
-        gpu_memory_utilization=0.9,
-        block_size=16,
-        batch="v1",
-        sampler="triton",
-        sampler_hidden=True,
-        moe="workspace",
-        moe_chunk_tokens=None,
-        kv_cache_memory_hint=True,
-        notes=(
-            "0.17 still splits the MoE batch in 16384-token chunks: modelled as 0.18, whole batch",
-        ),
-    ),
-    VllmLine(
-        "0.20",
-        "0.20.x",
-        "vllm/envs.py (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS default 1), "
-        "vllm/config/cache.py (gpu_memory_utilization 0.92) (v0.20.0)",
-        first="0.20.0",
-        v1=True,
-        budget="comm_outside",
-        gpu_memory_utilization=0.92,
-        block_size=16,
-        batch="v1",
-        sampler="triton",
-        sampler_hidden=True,
-        moe="workspace",
-        moe_chunk_tokens=None,
-        graphs_in_budget=True,
-        kv_cache_memory_hint=True,
-        notes=("CUDA-graph memory is estimated before the KV cache is sized and charged to it",),
-    ),
-    VllmLine(
-        "0.22",
-        "0.21.0 – 0.33.x",
-        "vllm/v1/worker/gpu_worker.py, vllm/v1/worker/gpu_model_runner.py: "
-        "profile_cudagraph_memory, _dummy_sampler_run, vllm/v1/worker/workspace.py, "
-        "vllm/config/cache.py (v0.21.0, v0.22.0)",
-        first="0.21.0",
-        v1=True,
-        budget="comm_outside",
-        gpu_memory_utilization=0.92,
-        block_size=16,
-        batch="v1",
-        # FlashInfer samples by default on compute capability 7.5 - 12.1, but the dummy run
-        # also warms the native path (a generator forces it), whose Triton top-k/top-p and
-        # its cached buffer set the profiled peak on every GPU.
-        sampler="triton",
-        sampler_hidden=True,
-        moe="workspace",
-        moe_chunk_tokens=None,
-        graphs_in_budget=True,
-        warms_native_sampler=True,
-        kv_cache_memory_hint=True,
-        notes=("CUDA-graph memory is estimated before the KV cache is sized and charged to it",),
-    ),
-    VllmLine(
-        "0.34",
-        "0.34.x and later",
-        "vllm/v1/worker/extensible_kv_cache.py, vllm/config/vllm.py, vllm/config/cache.py, "
-        "vllm/v1/worker/gpu/sample/sampler.py (v0.34.0)",
-        first="0.34.0",
-        v1=True,
-        budget="extensible",
-        gpu_memory_utilization=1.0,
-        block_size=64,
-        batch="v1-0.34",
-        sampler="v2",
-        sampler_hidden=True,
-        moe="workspace",
-        moe_chunk_tokens=None,
-        graphs_in_budget=True,
-        kv_cache_memory_hint=True,
-        yarn_scales=False,
-        notes=(
-            "extensible KV cache: the pool is the memory free after warm-up and CUDA-graph "
-            "capture, less the profiled peak and a margin of max(1 GiB, 0.75 × peak)",
-        ),
-    ),
+    _V0_11,
+    _V0_13,
+    _V0_16,
+    _V0_19,
+    _V0_20,
+    _V0_22,
+    _V0_34,
 )
 
 NEWEST: VllmLine = LINES[-1]
