@@ -41,6 +41,7 @@ from service.estimator.engines.vllm_versions import LINES, line_for, parse_versi
 from service.estimator.errors import InvalidRequest
 from service.estimator.gpu import GpuSpec
 from service.estimator.inference import InferenceRequest, estimate_inference, stage_figures
+from service.scheduling.plan import kv_cache_dtype_of, online_weight_format
 
 GIB = 2**30
 DATA = Path(__file__).parent / "data" / "public_logs_vllm.csv"
@@ -136,41 +137,38 @@ PARTIAL_ONLY = {"v_pr12569", "v_mlc2267", "v_strix_pr5", "v_lmcache1739", "v_331
 PER_TOKEN_ONLY = {"v_lmcache1739"}
 STAND_IN = GpuSpec("memory:stand-in", "a stand-in GPU of 80 GiB", 80 * GIB)
 
-#: Options a row's mxfp4 kernel needs when the log names it, or when its printed weights can
-#: only be one kernel's layout: the llm-d rows print 64.38 / 13.47 GiB for gpt-oss-120b / 20b
-#: on an H100, Triton's layout (64.32 / 13.42 GiB) where Marlin's, what a plain install of
-#: 0.11 takes without triton_kernels, is 65.91 / 13.69 GiB.
-MXFP4_BACKEND = {
-    "v_33155": "triton",
-    "v_llmd_h100_gptoss120b": "triton",
-    "v_llmd_h100_gptoss20b": "triton",
+#: Engine options a row's log or figures state beyond its flag cells, each with why.
+ROW_OPTIONS: dict[str, dict[str, Any]] = {
+    # The log names the mxfp4 kernel.
+    "v_33155": {"mxfp4_backend": "triton"},
+    # The printed weights can only be one kernel's layout: 64.38 / 13.47 GiB for gpt-oss-120b /
+    # 20b on an H100 are Triton's (64.32 / 13.42 GiB); Marlin's, which a plain install of 0.11
+    # takes without triton_kernels, is 65.91 / 13.69 GiB. The 120b row's budget names its
+    # utilization: vLLM's requested memory, total × util, is weights + activation peak +
+    # non-torch + KV memory, and it prints 64.38 + 7.38 + 0.13 + 3.33 = 75.22 GiB = 0.95 ×
+    # 79.18 GiB (the document's campaign default is 0.9; its 20b row sums to 0.9 × 79.18).
+    "v_llmd_h100_gptoss120b": {"mxfp4_backend": "triton", "gpu_memory_utilization": 0.95},
+    "v_llmd_h100_gptoss20b": {"mxfp4_backend": "triton"},
+    # The log prints "Using FlashInfer for top-p & top-k sampling." (V1 picks FlashInfer's
+    # sampler whenever the package is installed in 0.8-0.10). The campaign's A100 40GB run
+    # prints "FlashInfer is not available" instead and keeps the default. v_17469's workers
+    # print it too (topk_topp_sampler.py:59, vLLM 0.8.5).
+    **{
+        row: {"sampler": "flashinfer"}
+        for row in (
+            "v_dl_7b_1g_025",
+            "v_dl_7b_1g_05",
+            "v_dl_7b_2g_025",
+            "v_dl_7b_2g_05",
+            "v_dl_120b_4g_08",
+            "v_17469",
+        )
+    },
+    # Started through the Python ``LLM`` class (vLLM's LLM_CLASS usage context, whose V1
+    # scheduling defaults differ from ``vllm serve``): v_brendan's notebook builds
+    # ``vllm.LLM(...)`` in hello_world_script.py at the row's commit.
+    "v_brendan": {"entrypoint": "llm"},
 }
-
-#: Rows whose printed budget names a utilization other than the row's stated one: vLLM's
-#: requested memory is ``total × util`` = weights + activation peak + non-torch + KV memory,
-#: and v_llmd_h100_gptoss120b prints 64.38 + 7.38 + 0.13 + 3.33 = 75.22 GiB = 0.95 × 79.18 GiB
-#: (the results document's campaign default is 0.9; its gpt-oss-20b row sums to 0.9 × 79.18).
-UTILIZATION_FROM_BUDGET = {"v_llmd_h100_gptoss120b": 0.95}
-
-#: Rows started through the Python ``LLM`` class (vLLM's LLM_CLASS usage context, whose V1
-#: scheduling defaults differ from ``vllm serve``): v_brendan's notebook builds
-#: ``vllm.LLM(...)`` in hello_world_script.py at the row's commit.
-LLM_CLASS_ROWS = frozenset({"v_brendan"})
-
-#: Rows whose log prints "Using FlashInfer for top-p & top-k sampling." (V1 picks FlashInfer's
-#: sampler whenever the package is installed in 0.8-0.10). The campaign's A100 40GB run prints
-#: "FlashInfer is not available" instead and keeps the default. v_17469's workers print it too
-#: (topk_topp_sampler.py:59, vLLM 0.8.5).
-FLASHINFER_SAMPLER = frozenset(
-    {
-        "v_dl_7b_1g_025",
-        "v_dl_7b_1g_05",
-        "v_dl_7b_2g_025",
-        "v_dl_7b_2g_05",
-        "v_dl_120b_4g_08",
-        "v_17469",
-    }
-)
 
 #: Rows whose printed memory figures are those of a V0 worker that is not the driver: V0 samples
 #: on the driver only (``model_runner.py: execute_model`` returns before ``self.model.sample``
@@ -279,14 +277,7 @@ def _options(row: dict[str, str], version: str) -> dict[str, Any]:
         opts["max_model_len"] = int(mml)
     if row["enforce_eager"].strip() == "True":
         opts["enforce_eager"] = True
-    if row["row_id"] in MXFP4_BACKEND:
-        opts["mxfp4_backend"] = MXFP4_BACKEND[row["row_id"]]
-    if row["row_id"] in FLASHINFER_SAMPLER:
-        opts["sampler"] = "flashinfer"
-    if row["row_id"] in UTILIZATION_FROM_BUDGET:
-        opts["gpu_memory_utilization"] = UTILIZATION_FROM_BUDGET[row["row_id"]]
-    if row["row_id"] in LLM_CLASS_ROWS:
-        opts["entrypoint"] = "llm"
+    opts.update(ROW_OPTIONS.get(row["row_id"], {}))
     return opts
 
 
@@ -294,15 +285,12 @@ def _request(
     row: dict[str, str], model: str, version: str, gpu: GpuSpec | None
 ) -> InferenceRequest:
     tp = int(number(row["tp"]) or 1)
-    arch = _models().get(model).architecture
-    kv = row["kv_cache_dtype"].strip().lower()
-    # `--quantization fp8` on a 16-bit checkpoint: vLLM quantizes the weights as it loads them,
-    # one scale per tensor. A checkpoint that is quantized already keeps its own format.
-    online_fp8 = row["quantization"].strip().lower() == "fp8" and arch.quantization is None
+    # The row's --kv-cache-dtype and --quantization words, read as the scheduling endpoints
+    # read them from a command line.
     return InferenceRequest(
-        architecture=arch,
-        weight_format="fp8" if online_fp8 else None,
-        kv_cache_dtype=kv if kv.startswith("fp8") else "auto",
+        architecture=_models().get(model).architecture,
+        weight_format=online_weight_format(row["quantization"].strip().lower()),
+        kv_cache_dtype=kv_cache_dtype_of(row["kv_cache_dtype"].strip().lower()) or "auto",
         sequence_length=None,
         engine="vllm",
         engine_options=_options(row, version),

@@ -34,6 +34,8 @@ __all__ = [
     "OptionReading",
     "Plan",
     "engine_version",
+    "kv_cache_dtype_of",
+    "online_weight_format",
     "plan_command",
     "plan_workload",
 ]
@@ -117,6 +119,18 @@ _IMAGE_VERSION = re.compile(
     r"(?:\.post\d+|rc\d+)?)(?:[-+@].*)?$",
     re.IGNORECASE,
 )
+
+
+def kv_cache_dtype_of(word: str) -> str | None:
+    """The estimate's ``kv_cache_dtype`` for an engine's ``--kv-cache-dtype`` word (None: not
+    modelled)."""
+    return _KV_CACHE_DTYPES.get(word)
+
+
+def online_weight_format(method: str) -> str | None:
+    """The weight format a ``--quantization`` method gives a 16-bit checkpoint as it loads
+    (None: the checkpoint's own quantization_config gives it)."""
+    return _ONLINE_QUANTIZATION.get(method)
 
 
 @dataclass(frozen=True)
@@ -214,12 +228,12 @@ def _option_value(
     if kind == "engine_option" and name_or_note not in get_engine(engine).option_table():
         return "not_priced", "", value, f"the {engine} model has no {name_or_note} option"
     if name_or_note == "kv_cache_dtype":
-        mapped = _KV_CACHE_DTYPES.get(str(value))
+        mapped = kv_cache_dtype_of(str(value))
         if mapped is None:
             return "not_priced", "", value, f"KV-cache dtype {value!r} is not modelled"
         return kind, name_or_note, mapped, ""
     if name_or_note == "weight_format":
-        online = _ONLINE_QUANTIZATION.get(str(value))
+        online = online_weight_format(str(value))
         if online is None:
             return (
                 "not_priced",
