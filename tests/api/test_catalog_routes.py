@@ -39,6 +39,8 @@ def test_gpu_record_carries_both_totals(client: TestClient) -> None:
     assert h100["cuda_total_bytes"] == round(79.19 * 2**30)  # vLLM's total_gib 79.19
     assert h100["cuda_total_measured"] is True
     assert h100["compute_capability"] == "9.0"
+    assert h100["multiprocessors"] == 132  # deviceQuery "(132) Multiprocessors"
+    assert client.get("/v1/gpus/mi300x").json()["multiprocessors"] is None
     profile = h100["mig_profiles"][0]
     assert profile["cuda_total_bytes"] == profile["memory_bytes"]
 

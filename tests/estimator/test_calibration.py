@@ -11,7 +11,11 @@ from __future__ import annotations
 import dataclasses
 
 from service.estimator import calibration
-from service.estimator.engines.overhead import cuda_context_bytes, library_workspace_bytes
+from service.estimator.engines.overhead import (
+    cuda_context_bytes,
+    driver_reservation_note,
+    library_workspace_bytes,
+)
 from service.estimator.gpu import GpuSpec
 from service.estimator.inference import InferenceRequest, estimate_inference, stage_figures
 from service.estimator.inference.request import setup_for
@@ -134,6 +138,10 @@ def test_context_and_first_forward_growth_follow_the_resident_threads() -> None:
     assert cuda_context_bytes(h100) == cuda_context_bytes(mig) == cuda_context_bytes(amd)
     assert cuda_context_bytes(h100) == cuda_context_bytes(None) == 132 * 2048 * 2060
     assert library_workspace_bytes(None) == 132 * 2048 * 993
+    # The answer's assumption names the threads it priced: the GPU's, or the reference's.
+    assert "89,088 resident threads (58 multiprocessors)" in driver_reservation_note(l4)
+    assert "H100 SXM's 270,336 resident threads" in driver_reservation_note(mig)
+    assert "H100 SXM's 270,336 resident threads" in driver_reservation_note(None)
 
 
 def test_triton_sampler_buffer_takes_the_gpus_multiprocessors() -> None:

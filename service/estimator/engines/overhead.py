@@ -85,10 +85,14 @@ def cuda_graph_pool_bytes(layers_on_gpu: int) -> int:
     )
 
 
+def _known_threads(gpu: GpuSpec | None) -> int | None:
+    """``gpu``'s resident threads when it is an NVIDIA GPU of known multiprocessors."""
+    return gpu.resident_threads() if gpu is not None and gpu.vendor == "nvidia" else None
+
+
 def _resident_threads(gpu: GpuSpec | None) -> int:
-    """``gpu``'s resident threads (an NVIDIA GPU of known multiprocessors), else the
-    reference GPU's."""
-    threads = gpu.resident_threads() if gpu is not None and gpu.vendor == "nvidia" else None
+    """``gpu``'s resident threads, else the reference GPU's."""
+    threads = _known_threads(gpu)
     return REFERENCE_RESIDENT_THREADS if threads is None else threads
 
 
@@ -104,13 +108,14 @@ def driver_reservation_note(gpu: GpuSpec | None) -> str:
         f"{value('cuda.library_workspace_bytes_per_resident_thread'):.0f} B (first forward's "
         "driver growth) per resident thread"
     )
-    threads = gpu.resident_threads() if gpu is not None and gpu.vendor == "nvidia" else None
-    if threads is None or gpu is None:
+    threads = _known_threads(gpu)
+    if threads is None:
         return (
             f"CUDA context and driver growth: {per}, priced for an H100 SXM's "
             f"{REFERENCE_RESIDENT_THREADS:,} resident threads (this GPU's multiprocessors "
             "are not known)"
         )
+    assert gpu is not None  # threads are known only for a GPU
     return (
         f"CUDA context and driver growth: {per}, for {threads:,} resident threads "
         f"({gpu.multiprocessors} multiprocessors)"

@@ -113,9 +113,10 @@ class ProfileRun:
         return self.held + max(self.forward, self.sampler)
 
 
-def sampler_buffer_rows(rows: int, multiprocessors: int = DEFAULT_MULTIPROCESSORS) -> int:
-    """Rows of the Triton sampler's cached buffer: ``min(next_pow2(min(SM, R)), SM)``."""
-    sm = multiprocessors
+def sampler_buffer_rows(rows: int, multiprocessors: int | None = None) -> int:
+    """Rows of the Triton sampler's cached buffer: ``min(next_pow2(min(SM, R)), SM)`` (SM
+    unknown: :data:`DEFAULT_MULTIPROCESSORS`)."""
+    sm = multiprocessors or DEFAULT_MULTIPROCESSORS
     m = min(sm, rows)
     return min(1 << (m - 1).bit_length(), sm)
 
@@ -205,7 +206,7 @@ def profile_peak(
     buffer = 0.0
     if kind in ("triton", "v2"):
         sm = gpu.multiprocessors if gpu is not None else None
-        buffer = sampler_buffer_rows(rows, sm or DEFAULT_MULTIPROCESSORS) * c.vocab * 4
+        buffer = sampler_buffer_rows(rows, sm) * c.vocab * 4
     if not is_last:
         return ProfileRun(forward + 2 * t * c.hidden_row, 0.0, persistent, rows, tuple(notes))
     alive = (t + 2 * rows) * c.hidden_row if line.sampler_hidden else rows * c.hidden_row
