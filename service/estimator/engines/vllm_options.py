@@ -144,7 +144,7 @@ def batch_defaults(
         seqs = int(seqs_given)
     if line.batch not in ("v1-0.8", "v1-0.9"):
         seqs = min(seqs, tokens)
-    if line.key >= (0, 11, 2):
+    if line.tokens_capped_by_seqs:
         tokens = min(seqs * max_model_len, tokens)
     return tokens, seqs
 

@@ -102,6 +102,9 @@ class VllmLine:
     encoder_items_per_prompt: bool = False
     # 0.8.5: FlashInfer samples from probabilities (topk_topp_sampler.forward_cuda).
     flashinfer_from_probs: bool = False
+    # 0.11.2 on: a default max_num_batched_tokens never exceeds max_num_seqs × max_model_len
+    # (EngineArgs._set_default_args).
+    tokens_capped_by_seqs: bool = False
     # 0.21 on: the profiling run also calls the sampler with a generator, which takes the native
     # path (Triton top-k/top-p), so FlashInfer never lowers the profiled peak.
     warms_native_sampler: bool = False
@@ -151,6 +154,7 @@ _V0_11 = VllmLine(
     sampler_hidden=True,
     moe="shared+out",
     kv_cache_memory_hint=True,
+    tokens_capped_by_seqs=True,
     mxfp4_hopper="marlin",
     encoder_output_spans_budget=True,
     notes=(
