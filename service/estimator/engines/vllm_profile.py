@@ -29,8 +29,7 @@ max_num_seqs × max(1, min(limit_per_prompt, max_model_len // tokens_per_item)))
 the tower's image size (``MultiModalBudget.get_max_items``; ``budget = max(T, tokens_per_item)``;
 v0.8.5 rounds up), pixels in fp32 as the image processor returns them, outputs
 ``tokens_per_item × H`` each in the model dtype — expanded to ``budget`` rows each in
-v0.11.2 (``new_zeros(encoder_budget, hidden)``). The v0.19 line leaves the encoder out, as it
-was calibrated.
+v0.11.2 (``new_zeros(encoder_budget, hidden)``).
 """
 
 from __future__ import annotations
