@@ -1,4 +1,4 @@
-# Accuracy against measured data (../shared/validation) and the reference tracer.
+# Accuracy against measured data (bench/validate/data/measured) and the reference tracer.
 # `validate` regenerates docs/accuracy.md from committed data in seconds; the tracer targets
 # rerun real transformers code (minutes) and rewrite the committed JSONL.
 

@@ -12,7 +12,6 @@ from service.app import create_app
 from service.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,6 @@
 """Regenerate `data/fsdp_tracer.jsonl`: FSDP2 per-rank peaks from the reference tracer.
 
-Each run executes `../shared/tools/reference-tracer/fsdp_peak.py` (transformers model code,
+Each run executes `reference_tracer/fsdp_peak.py` (transformers model code,
 ``fully_shard`` on every decoder layer and on the root, a fake process group of ``--world``
 ranks, FakeTensorMode, torch's ``FSDPMemTracker``) with the project venv's python and appends
 one JSON line: the grid point, the exact command (config path aside), the library versions
@@ -22,9 +22,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.validate.train_tracer import CONFIGS, SHARED
+from bench.validate.paths import TRACER_DIR
+from bench.validate.train_tracer import CONFIGS
 
-TRACER = SHARED / "tools" / "reference-tracer" / "fsdp_peak.py"
+TRACER = TRACER_DIR / "fsdp_peak.py"
 OUT = Path(__file__).resolve().parent / "data" / "fsdp_tracer.jsonl"
 
 # (model, seq, batch, world, flags); models at full depth.

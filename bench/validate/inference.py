@@ -2,9 +2,9 @@
 
 Three sources, read at validation time only (nothing measured is copied into the estimator):
 
-- ``../shared/validation/vllm_v0.19_h100.csv``: vLLM v0.19 start-up figures on one H100 (KV bytes
+- ``data/measured/vllm_v0.19_h100.csv``: vLLM v0.19 start-up figures on one H100 (KV bytes
   per token, weights, profiled activations, non-torch memory, KV pool, tokens, concurrency);
-- ``../shared/validation/qwen_transformers_inference.csv``: peak ``max_memory_allocated`` of
+- ``data/measured/qwen_transformers_inference.csv``: peak ``max_memory_allocated`` of
   transformers ``generate`` (Qwen speed benchmarks), summed over GPUs;
 - ``data/infer_tracer.jsonl``: the reference tracer's prefill peaks (regenerate with
   ``make tracer-data-inference``).
@@ -26,6 +26,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from bench.validate.paths import MEASURED
 from service.catalog.model_catalog import load_model_catalog
 from service.estimator.inference import (
     InferenceRequest,
@@ -36,8 +37,7 @@ from service.estimator.model import Architecture, read_config
 
 GIB = 2**30
 MIB = 2**20
-SHARED = Path(__file__).resolve().parents[2].parent / "shared"
-VALIDATION = SHARED / "validation"
+VALIDATION = MEASURED
 TRACER_DATA = Path(__file__).parent / "data" / "infer_tracer.jsonl"
 
 # vLLM's `quant` column -> the weight format it ran (None: the checkpoint's own config).
@@ -74,8 +74,8 @@ class Case:
 def require_shared() -> Path:
     if not VALIDATION.is_dir():
         raise FileNotFoundError(
-            f"measured data not found at {VALIDATION}; the shared checkout (../shared) must sit "
-            "beside the repository"
+            "measured data not found in bench/validate/data/measured (it is part of the "
+            "repository: restore it from git)"
         )
     return VALIDATION
 

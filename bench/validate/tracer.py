@@ -1,6 +1,6 @@
 """Regenerate `data/infer_tracer.jsonl`: reference-tracer prefill peaks over a fixed grid.
 
-Each run executes `../shared/tools/reference-tracer/infer_peak.py` (real transformers model code
+Each run executes `reference_tracer/infer_peak.py` (real transformers model code
 under FakeTensorMode + MemTracker: the bytes the caching allocator is asked for, the figure
 `torch.cuda.max_memory_allocated` reports for the same code path) with the project venv's
 python on a catalog model's config, and appends one JSON line: the grid point, the catalog id
@@ -19,8 +19,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench.validate.paths import TRACER_DIR
+
 ROOT = Path(__file__).resolve().parents[2]
-TRACER = ROOT.parent / "shared" / "tools" / "reference-tracer" / "infer_peak.py"
+TRACER = TRACER_DIR / "infer_peak.py"
 OUT = Path(__file__).parent / "data" / "infer_tracer.jsonl"
 
 # (catalog id, sequence length, batch, logits_to_keep, attention, layers override or None).

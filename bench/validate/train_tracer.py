@@ -1,6 +1,6 @@
 """Regenerate `data/train_tracer.jsonl`: reference-tracer training peaks over a fixed grid.
 
-Each run executes `../shared/tools/reference-tracer/train_peak.py` (real transformers model code
+Each run executes `reference_tracer/train_peak.py` (real transformers model code
 under FakeTensorMode + MemTracker: the bytes the caching allocator is asked for, i.e. what
 `torch.cuda.max_memory_allocated` reports) with the project venv's python, and appends one
 JSON line holding the grid point, the config it ran and the tracer's answer. CI never runs
@@ -25,11 +25,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.validate.paths import TRACER_DIR
 from service.catalog.model_catalog import load_model_catalog
 
 REPO = Path(__file__).resolve().parents[2]
-SHARED = REPO.parent / "shared"
-TRACER = SHARED / "tools" / "reference-tracer" / "train_peak.py"
+TRACER = TRACER_DIR / "train_peak.py"
 OUT = Path(__file__).resolve().parent / "data" / "train_tracer.jsonl"
 
 _CATALOG = load_model_catalog()

@@ -9,8 +9,8 @@ obtained and the validation rows it was fitted on. Code reads the value through
 was fitted on and on rows it was not (leave one out), in docs/accuracy.md; tests pin each
 value, so that changing one is a decision, not an accident.
 
-Row ids name a file of ``../shared/validation`` (or ``bench/validate/data``) and its row key,
-e.g. ``vllm_v0.19_h100:llama31-8b-tp2``.
+Row ids name a file of ``bench/validate/data/measured`` (or ``bench/validate/data``) and its
+row key, e.g. ``vllm_v0.19_h100:llama31-8b-tp2``.
 """
 
 from __future__ import annotations

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
+from bench.validate.paths import MEASURED
 from service.catalog.model_catalog import CatalogError, load_model_catalog
 from service.estimator.errors import NotFound
-from tests.conftest import SHARED
 
-VALIDATION = SHARED / "validation" / "model_configs.json"
+VALIDATION = MEASURED / "model_configs.json"
 REQUIRED = [
     "Qwen/Qwen-7B",
     "Qwen/Qwen2.5-7B-Instruct",
@@ -80,7 +80,6 @@ def test_size_and_required_models(catalog) -> None:
         assert model_id in catalog, model_id
 
 
-@pytest.mark.skipif(not VALIDATION.exists(), reason="shared validation data not mounted")
 def test_validation_csv_models_resolve(catalog) -> None:
     import csv
 
@@ -115,7 +114,6 @@ def _published(official: str) -> tuple[str, str | None]:
     return total, active.group(1) if active else None
 
 
-@pytest.mark.skipif(not VALIDATION.exists(), reason="shared validation data not mounted")
 def test_totals_match_published_figures(catalog) -> None:
     records = json.loads(VALIDATION.read_text())
     for rec in records:

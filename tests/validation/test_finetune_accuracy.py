@@ -48,8 +48,7 @@ def test_against_reference_tracer(tracer):
 @pytest.fixture(scope="module")
 def published():
     cases = v.published_cases()
-    if not cases:
-        pytest.skip("../shared/validation not present")
+    assert cases, "no measured rows read from bench/validate/data/measured"
     return cases
 
 
@@ -87,8 +86,7 @@ def test_long_max_length_values_grow_like_allocator_state_not_like_a_step():
     # keeps (2 · h · L bytes per token: 0.4, 1.0, 1.6 GiB); full fine-tuning of the 1.8B model
     # grows less than its LoRA run, although a full step keeps at least what a LoRA step keeps.
     rows = v._rows()
-    if not rows:
-        pytest.skip("../shared/validation not present")
+    assert rows, "no measured rows read from bench/validate/data/measured"
     growth = v.swift_length_growth(rows)
     lora = [growth[(m, "LoRA")] for m in _QWEN_LORA]
     spread = max(lora) - min(lora)
@@ -109,8 +107,7 @@ def test_bnb_excess_over_gptq_is_the_inputs_old_bitsandbytes_keeps():
     # layer: the c_attn input, the attention output, the MLP-norm output (h each) and the MLP
     # product (I), 2 bytes each, i.e. 2 · (3h + I) / h.
     rows = v._rows()
-    if not rows:
-        pytest.skip("../shared/validation not present")
+    assert rows, "no measured rows read from bench/validate/data/measured"
     excess = v.swift_bnb_excess(rows)
     assert set(excess) == {"qwen-7b-chat", "qwen-72b-chat"}
     for model, (_, per_token_hidden_layer) in excess.items():
@@ -123,8 +120,7 @@ def test_every_ms_swift_value_is_accounted_for():
     # compared or excluded with a reason, and the compared ones include every model the
     # benchmark's model-type table names but chatglm3 (unsupported architecture).
     rows = [r for r in v._rows() if r["source"].startswith("ms-swift")]
-    if not rows:
-        pytest.skip("../shared/validation not present")
+    assert rows, "no measured rows read from bench/validate/data/measured"
     n_values = sum(
         1
         for r in rows

@@ -1,30 +1,21 @@
 """Accuracy bounds of the detailed inference estimator against measured data.
 
-The measured figures live in ../shared/validation (vLLM v0.19 start-up logs on H100, the Qwen
-transformers speed benchmarks) and the reference tracer's committed output; the comparisons are
-built by bench/validate/inference.py, the same code that writes docs/accuracy.md. Known gaps are
-not bounded here: rows left out of a bound are the rows no single program can have produced
-(bench/validate/inference.py: `inconsistent_rows`) and the examined, listed ones
-(`UNEXPLAINED_ROWS`; docs/inference.md), each shown in the report with its note.
+The measured figures live in bench/validate/data/measured (vLLM v0.19 start-up logs on H100,
+the Qwen transformers speed benchmarks) and the reference tracer's committed output; the
+comparisons are built by bench/validate/inference.py, the same code that writes
+docs/accuracy.md. Known gaps are not bounded here: rows left out of a bound are the rows no
+single program can have produced (bench/validate/inference.py: `inconsistent_rows`) and the
+examined, listed ones (`UNEXPLAINED_ROWS`; docs/inference.md), each shown in the report with
+its note.
 """
 
 from __future__ import annotations
 
 import statistics
-from pathlib import Path
 
 import pytest
 
-SHARED = Path(__file__).parents[2].parent / "shared"
-
-if not (SHARED / "validation").is_dir():  # pragma: no cover - environment check
-    pytest.fail(
-        f"measured data missing: expected {SHARED / 'validation'} (the shared checkout beside "
-        "the repository)",
-        pytrace=False,
-    )
-
-from bench.validate import inference as v  # noqa: E402
+from bench.validate import inference as v
 
 
 @pytest.fixture(scope="module")

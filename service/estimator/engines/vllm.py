@@ -1,7 +1,7 @@
 """``vllm``: the vLLM engine, as its start-up log reports memory, for the release line named by
 ``engine_options.version`` (:mod:`.vllm_versions`; default the newest modelled line).
 
-The description below is the v0.19 line (the one shared/validation measured); what each other
+The description below is the v0.19 line (the one the measured data holds); what each other
 line changes (what the budget charges, defaults, the profiling run, CUDA-graph accounting) is
 data in :mod:`.vllm_versions`, the profiling run per line in :mod:`.vllm_profile`.
 
