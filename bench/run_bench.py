@@ -219,12 +219,12 @@ def per_call_us(fn: Any, min_time_s: float = 0.3, repeats: int = 5) -> float:
 
 def in_process() -> dict[str, Any]:
     from bench import asgi_driver
-    from service.api.convert import finetune_request, inference_request
-    from service.api.resolve import resolve_gpu
-    from service.api.schemas.estimates import FinetuneRequestBody, InferenceRequestBody
+    from service.application.convert import finetune_request, inference_request
+    from service.application.resolve import resolve_gpu
     from service.catalog.gpu_catalog import load_gpu_catalog
     from service.catalog.model_catalog import load_model_catalog
     from service.estimator.answer import ModelSpec, answer_finetune, answer_inference
+    from service.schemas.estimates import FinetuneRequestBody, InferenceRequestBody
 
     models, gpus = load_model_catalog(None), load_gpu_catalog(None)
     entry = models.get(harness.PREFLIGHT["model"].lower())

@@ -18,12 +18,12 @@ from service.api.access_log import AccessLog
 from service.api.auth import ALWAYS_OPEN, AuthMiddleware, TokenStore
 from service.api.bodies import add_body_schemas
 from service.api.concurrency import CpuPool
-from service.api.metrics import Metrics
 from service.api.middleware import RequestContextMiddleware, configure_logging
 from service.api.problems import install_problem_handlers
 from service.api.response_cache import ResponseCacheMiddleware
 from service.api.routes import docs, estimates, gpus, health, models, scheduling, ui
 from service.api.timeouts import RequestReadTimeoutMiddleware
+from service.application.metrics import Metrics
 from service.catalog.gpu_catalog import load_gpu_catalog
 from service.catalog.model_catalog import load_model_catalog
 from service.estimator import memo

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from bench.validate import finetune as ft_validation
 from bench.validate import inference as inf_validation
-from service.api.resolve import resolve_gpu
+from service.application.resolve import resolve_gpu
 from service.catalog.gpu_catalog import load_gpu_catalog
 from service.estimator import calibration, memo
 from service.estimator.engines.overhead import cuda_context_bytes

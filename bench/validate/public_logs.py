@@ -34,7 +34,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from service.api.resolve import resolve_gpu
+from service.application.resolve import resolve_gpu
 from service.catalog.gpu_catalog import load_gpu_catalog
 from service.catalog.model_catalog import load_model_catalog
 from service.estimator.engines.vllm_versions import LINES, line_for, parse_version

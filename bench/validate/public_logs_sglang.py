@@ -37,7 +37,7 @@ from datetime import date
 from functools import lru_cache
 from pathlib import Path
 
-from service.api.resolve import resolve_gpu
+from service.application.resolve import resolve_gpu
 from service.catalog.gpu_catalog import load_gpu_catalog
 from service.catalog.model_catalog import load_model_catalog
 from service.estimator.engines import get_engine

@@ -50,7 +50,7 @@ from starlette.types import Message, Receive
 if TYPE_CHECKING:
     from fastapi import Request
 
-    from service.api.metrics import Metrics
+    from service.application.metrics import Metrics
 
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")

@@ -53,7 +53,8 @@ def _layers_in(config: Mapping[str, Any]) -> int | None:
 
 def _named_layers(model: str, models: ModelCatalog, store: StoreIndex | None) -> int | None:
     """The layers of a named model, looked up in the order the estimate resolves it
-    (service/api/resolve.py: the store shadows the catalog; then GGUF files, then models)."""
+    (service/application/resolve.py: the store shadows the catalog; then GGUF files, then
+    models)."""
     found = store.get(model) if store is not None else None
     if found is not None:
         return found.architecture.num_layers

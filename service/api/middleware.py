@@ -20,8 +20,8 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.api.access_log import AccessLog
-from service.api.metrics import Metrics
 from service.api.problems import KINDS, PROBLEM_MEDIA_TYPE, problem_body
+from service.application.metrics import Metrics
 
 error_logger = logging.getLogger("service.errors")
 

@@ -25,7 +25,7 @@ import cachetools
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.api.metrics import Metrics
+from service.application.metrics import Metrics
 
 CACHED_PATHS = frozenset({"/v1/estimate/inference", "/v1/estimate/finetune"})
 # Where a route leaves the domain-metric labels of the answer it computed (scope["state"]).

@@ -26,8 +26,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from service.api.estimate_service import Catalogs
-from service.api.metrics import Metrics
+from service.application.estimate_service import Catalogs
+from service.application.metrics import Metrics
 from service.estimator.engines import get_engine
 from service.scheduling.check import Check, check_plan
 from service.scheduling.plan import Plan

@@ -18,11 +18,10 @@ from typing import Any, Literal
 import orjson
 from pydantic import ValidationError
 
-from service.api.convert import inference_request
-from service.api.estimate_service import Catalogs, run_estimate
-from service.api.metrics import Metrics
-from service.api.resolve import ad_hoc_gpu, resolve_gpu, resolve_model
-from service.api.schemas.estimates import EstimateResponse, InferenceRequestBody
+from service.application.convert import inference_request
+from service.application.estimate_service import Catalogs, run_estimate
+from service.application.metrics import Metrics
+from service.application.resolve import ad_hoc_gpu, resolve_gpu, resolve_model
 from service.estimator import memo
 from service.estimator.answer import ModelSpec
 from service.estimator.errors import EstimatorError
@@ -33,6 +32,7 @@ from service.estimator.inference.request import resolved, setup_for, validate_wo
 from service.estimator.inference.verdict import Verdict, judge
 from service.estimator.result import FitReason
 from service.scheduling.plan import Plan
+from service.schemas.estimates import EstimateResponse, InferenceRequestBody
 from service.workloads.sources import ReadProblem
 
 __all__ = [

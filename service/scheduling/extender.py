@@ -33,8 +33,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from service.api.estimate_service import Catalogs
-from service.api.resolve import ad_hoc_gpu, resolve_gpu
+from service.application.estimate_service import Catalogs
+from service.application.resolve import ad_hoc_gpu, resolve_gpu
 from service.catalog.gpu_record import MIB
 from service.estimator.errors import EstimatorError, InvalidRequest
 from service.estimator.gpu import GpuSpec

@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from service.api.estimate_service import Catalogs
-from service.api.metrics import Metrics
+from service.application.estimate_service import Catalogs
+from service.application.metrics import Metrics
 from service.estimator.errors import InvalidRequest
 from service.scheduling.check import Check, as_json, check_plan
 from service.scheduling.plan import Plan, plan_command, plan_workload

@@ -22,7 +22,7 @@ from service.api.concurrency import (
     Overloaded,
     checkpoint,
 )
-from service.api.metrics import Metrics
+from service.application.metrics import Metrics
 from service.settings import Settings
 from tests.server import apps
 

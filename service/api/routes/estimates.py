@@ -1,8 +1,9 @@
 """POST /v1/estimate/inference, /v1/estimate/finetune and /v1/estimate/batch.
 
-Parse, answer (service/api/estimate_service.py) on the CPU pool (service/api/concurrency.py),
-serialize. The arithmetic is in service/estimator, the names are resolved in
-service/api/resolve.py; a batch's cost is checked against its budget first (service/api/cost.py).
+Parse, answer (service/application/estimate_service.py) on the CPU pool
+(service/api/concurrency.py), serialize. The arithmetic is in service/estimator, the names are
+resolved in service/application/resolve.py; a batch's cost is checked against its budget first
+(service/api/cost.py).
 """
 
 from __future__ import annotations
@@ -15,8 +16,6 @@ from pydantic import ValidationError
 from service.api.bodies import documented_body, parse_body
 from service.api.concurrency import Cancelled, checkpoint, run_on_body
 from service.api.cost import BatchOverBudget, batch_cost
-from service.api.estimate_service import Catalogs, Observation, app_catalogs, run_estimate
-from service.api.metrics import Metrics
 from service.api.problems import (
     KINDS,
     domain_error_parts,
@@ -26,13 +25,15 @@ from service.api.problems import (
     validation_errors,
 )
 from service.api.response_cache import OBSERVATION_KEY
-from service.api.schemas.batch import BatchItem, BatchRequest, BatchResponse, BatchResult
-from service.api.schemas.estimates import (
+from service.application.estimate_service import Catalogs, Observation, app_catalogs, run_estimate
+from service.application.metrics import Metrics
+from service.estimator.errors import EstimatorError, InvalidRequest
+from service.schemas.batch import BatchItem, BatchRequest, BatchResponse, BatchResult
+from service.schemas.estimates import (
     EstimateResponse,
     FinetuneRequestBody,
     InferenceRequestBody,
 )
-from service.estimator.errors import EstimatorError, InvalidRequest
 
 router = APIRouter(prefix="/v1/estimate", tags=["estimates"])
 

@@ -11,10 +11,10 @@ from pydantic import BeforeValidator
 
 from service.api.deps import get_gpu_catalog
 from service.api.problems import problem_responses
-from service.api.schemas.gpus import GpuLabelMatch, GpuList
 from service.catalog.gpu_catalog import GpuCatalog
 from service.catalog.gpu_record import Gpu
 from service.estimator.errors import NotFound
+from service.schemas.gpus import GpuLabelMatch, GpuList
 
 router = APIRouter(prefix="/v1/gpus", tags=["gpus"])
 

@@ -9,15 +9,15 @@ from fastapi import APIRouter, Depends, Query, Request
 
 from service.api.deps import get_model_catalog
 from service.api.problems import problem_responses
-from service.api.schemas.models import (
+from service.catalog.model_catalog import ModelCatalog, ModelEntry
+from service.model_store import StoreEntry, StoreIndex
+from service.schemas.models import (
     GgufFile,
     GgufRepository,
     ModelList,
     ModelRecord,
     StoreLocation,
 )
-from service.catalog.model_catalog import ModelCatalog, ModelEntry
-from service.model_store import StoreEntry, StoreIndex
 
 router = APIRouter(prefix="/v1/models", tags=["models"])
 

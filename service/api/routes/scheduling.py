@@ -15,9 +15,11 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
 from service.api.concurrency import run_cpu_bound
-from service.api.estimate_service import Catalogs, app_catalogs
 from service.api.problems import problem_responses
-from service.api.schemas.scheduling import (
+from service.application.estimate_service import Catalogs, app_catalogs
+from service.scheduling import admission, extender
+from service.scheduling.preflight import Overrides, preflight
+from service.schemas.scheduling import (
     ADMISSION_REQUEST_SCHEMA,
     EXTENDER_ARGS_SCHEMA,
     AdmissionReviewOut,
@@ -26,8 +28,6 @@ from service.api.schemas.scheduling import (
     PreflightRequest,
     PreflightResponse,
 )
-from service.scheduling import admission, extender
-from service.scheduling.preflight import Overrides, preflight
 from service.workloads.extender import filter_result_json, host_priority_list_json
 
 router = APIRouter(tags=["scheduling"])

@@ -9,9 +9,9 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Any
 
-from service.api.schemas.estimates import FinetuneRequestBody, InferenceRequestBody
 from service.estimator.inference import InferenceRequest
 from service.estimator.training import FinetuneRequest, LoraSpec
+from service.schemas.estimates import FinetuneRequestBody, InferenceRequestBody
 
 __all__ = ["finetune_request", "inference_request"]
 

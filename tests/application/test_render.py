@@ -10,7 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.api.routes.estimates import BatchResponse
-from service.api.schemas.estimates import EstimateResponse
+from service.schemas.estimates import EstimateResponse
 
 MODELS = [
     "meta-llama/Llama-3.1-8B-Instruct",

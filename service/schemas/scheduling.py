@@ -13,8 +13,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from service.api.schemas.common import STRICT_REQUEST, RequestModel, ResponseModel
-from service.api.schemas.estimates import (
+from service.estimator.result import FitReason
+from service.schemas.common import STRICT_REQUEST, RequestModel, ResponseModel
+from service.schemas.estimates import (
     GPU_DESCRIPTION,
     GPU_MEMORY_DESCRIPTION,
     MAX_GPU_MEMORY,
@@ -24,7 +25,6 @@ from service.api.schemas.estimates import (
     FitOut,
     LayoutOut,
 )
-from service.estimator.result import FitReason
 from service.workloads.extender import MAX_EXTENDER_PRIORITY, MIN_EXTENDER_PRIORITY
 
 # A Kubernetes object is deeper than a config.json (a node affinity term sits 12 levels down)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from service.api.schemas.common import ResponseModel
 from service.catalog.gpu_catalog import MatchedBy
 from service.catalog.gpu_record import Gpu, MigProfile
+from service.schemas.common import ResponseModel
 
 
 class GpuLabelMatch(ResponseModel):

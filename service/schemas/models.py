@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import Field
 
-from service.api.schemas.common import ResponseModel
+from service.schemas.common import ResponseModel
 
 
 class StoreLocation(ResponseModel):

@@ -10,7 +10,11 @@ from __future__ import annotations
 
 from typing import Any, Literal, cast
 
-from service.api.schemas.estimates import (
+from service.estimator.answer import ESTIMATOR_VERSION, Answer, ModelSpec
+from service.estimator.memo import memoized
+from service.estimator.model import Architecture
+from service.estimator.parallel import Layout
+from service.schemas.estimates import (
     CapacityOut,
     EstimateResponse,
     FinetuneDetails,
@@ -20,10 +24,6 @@ from service.api.schemas.estimates import (
     PerGpu,
     ResolvedModel,
 )
-from service.estimator.answer import ESTIMATOR_VERSION, Answer, ModelSpec
-from service.estimator.memo import memoized
-from service.estimator.model import Architecture
-from service.estimator.parallel import Layout
 
 __all__ = ["render_estimate"]
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from service.api.schemas.estimates import ModelSelector
 from service.catalog.gpu_catalog import AdHocGpu, GpuCatalog
 from service.catalog.gpu_record import derived_cuda_total
 from service.catalog.model_catalog import ModelCatalog, ModelEntry
@@ -20,6 +19,7 @@ from service.estimator.gpu import GpuSpec
 from service.estimator.memo import memoized
 from service.estimator.model import Architecture, read_config
 from service.model_store import StoreIndex
+from service.schemas.estimates import ModelSelector
 
 __all__ = ["ad_hoc_gpu", "resolve_gpu", "resolve_model"]
 

@@ -17,14 +17,6 @@ from pydantic import (
 )
 from typing_extensions import TypedDict
 
-from service.api.schemas.common import (
-    MAX_CONFIG_DEPTH,
-    MAX_CONFIG_KEYS,
-    STRICT_REQUEST,
-    RequestModel,
-    ResponseModel,
-    json_depth_and_size,
-)
 from service.estimator import training
 from service.estimator.engines import ENGINES, REGISTRY, all_options
 from service.estimator.formats import KV_CACHE_DTYPES, WEIGHT_FORMATS
@@ -32,6 +24,14 @@ from service.estimator.inference.setup import ATTENTION
 from service.estimator.parallel import MAX_GPU_COUNT
 from service.estimator.parallel import MAX_PARALLEL as _MAX_PARALLEL
 from service.estimator.result import REASON_TEXT, FitReason
+from service.schemas.common import (
+    MAX_CONFIG_DEPTH,
+    MAX_CONFIG_KEYS,
+    STRICT_REQUEST,
+    RequestModel,
+    ResponseModel,
+    json_depth_and_size,
+)
 
 WeightFormat = Literal[WEIGHT_FORMATS]  # type: ignore[valid-type]
 KvCacheDtype = Literal[KV_CACHE_DTYPES]  # type: ignore[valid-type]

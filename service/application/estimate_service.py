@@ -9,20 +9,20 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from service.api.convert import finetune_request, inference_request
-from service.api.metrics import Metrics
-from service.api.render import render_estimate
-from service.api.resolve import ad_hoc_gpu, resolve_gpu, resolve_model
-from service.api.schemas.estimates import (
-    EstimateResponse,
-    FinetuneRequestBody,
-    InferenceRequestBody,
-)
+from service.application.convert import finetune_request, inference_request
+from service.application.metrics import Metrics
+from service.application.render import render_estimate
+from service.application.resolve import ad_hoc_gpu, resolve_gpu, resolve_model
 from service.catalog.gpu_catalog import GpuCatalog
 from service.catalog.model_catalog import ModelCatalog
 from service.estimator.answer import Answer, answer_finetune, answer_inference
 from service.estimator.errors import InvalidRequest
 from service.model_store import StoreIndex
+from service.schemas.estimates import (
+    EstimateResponse,
+    FinetuneRequestBody,
+    InferenceRequestBody,
+)
 
 __all__ = ["Catalogs", "Observation", "run_estimate"]
 

@@ -6,8 +6,8 @@ from typing import Any
 
 from pydantic import ConfigDict, Field
 
-from service.api.schemas.common import STRICT_REQUEST, RequestModel, ResponseModel
-from service.api.schemas.estimates import EstimateResponse
+from service.schemas.common import STRICT_REQUEST, RequestModel, ResponseModel
+from service.schemas.estimates import EstimateResponse
 
 __all__ = ["BatchItem", "BatchRequest", "BatchResponse", "BatchResult"]
 
