@@ -129,32 +129,32 @@ class Architecture:
     @property
     def norm_fp32(self) -> bool:
         """Norms compute in fp32 and keep fp32 copies for backward (Gemma)."""
-        return self.family.norm_fp32
+        return self.family.modeling.norm_fp32
 
     @property
     def rope_tables(self) -> int:
         """Distinct rotary tables an engine precomputes (Gemma 3: its global and local ropes)."""
-        return self.family.rope_tables
+        return self.family.modeling.rope_tables
 
     @property
     def eager_mask_kept(self) -> bool:
         """Eager attention keeps a boolean causal mask per layer for backward (Qwen v1)."""
-        return self.family.eager_mask_kept
+        return self.family.modeling.eager_mask_kept
 
     @property
     def context_includes_rope_scaling(self) -> bool:
         """``max_position_embeddings`` already is the rope-scaled context (Gemma 3)."""
-        return self.family.context_includes_rope_scaling
+        return self.family.modeling.context_includes_rope_scaling
 
     @property
     def fp16_unsafe(self) -> bool:
         """Activations overflow float16 (Gemma 2 / 3, GLM-4): engines refuse fp16 for it."""
-        return self.family.fp16_unsafe
+        return self.family.modeling.fp16_unsafe
 
     @property
     def attn_output_gate(self) -> bool:
         """Queries carry a sigmoid output gate of their own width (Qwen3-Next)."""
-        return self.family.attn_output_gate
+        return self.family.modeling.attn_output_gate
 
     @property
     def rope_dim(self) -> int:

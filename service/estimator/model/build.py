@@ -23,16 +23,16 @@ from service.estimator.model.config_reader import (
     identifier,
     str_tuple,
 )
+from service.estimator.model.config_schema import KvHeads
 from service.estimator.model.families import (
     WRAPPER_TEXT_TYPES,
     family_for,
 )
-from service.estimator.model.family_traits import (
+from service.estimator.model.modeling_traits import (
     Attention,
-    Family,
-    KvHeads,
     LayerLayout,
     Mlp,
+    Modeling,
     MoePlacement,
     NormRule,
     SharedExperts,
@@ -152,41 +152,41 @@ def _dtype(r: ConfigReader) -> str:
 
 
 def _build(r: ConfigReader, wrapper: str | None) -> Architecture:
-    family = r.family
+    modeling, schema = r.family.modeling, r.family.schema
     hidden = r.integer("hidden_size", high=Bounds.HIDDEN)
     layers = r.integer("num_hidden_layers", high=Bounds.LAYERS)
     vocab = r.integer("vocab_size", high=Bounds.VOCAB)
     heads = r.integer("num_attention_heads", high=Bounds.HEADS)
-    kv_heads = _KV_HEADS[family.kv_heads](r, heads)
+    kv_heads = _KV_HEADS[schema.kv_heads](r, heads)
     if heads % kv_heads != 0:
         raise InvalidConfig(
             f"num_attention_heads ({heads}) must be a multiple of num_key_value_heads ({kv_heads})",
             field="num_key_value_heads",
         )
 
-    mla = _mla(r) if family.attention is Attention.MLA else None
+    mla = _mla(r) if modeling.attention is Attention.MLA else None
     if mla is not None:
         head_dim, v_head_dim = mla.qk_head_dim, mla.v_head_dim
     else:
-        if r.has(family.head_dim_key):
-            head_dim = r.integer(family.head_dim_key, high=Bounds.HEAD_DIM)
+        if r.has(schema.head_dim_key):
+            head_dim = r.integer(schema.head_dim_key, high=Bounds.HEAD_DIM)
         else:
             head_dim = _exact_div(hidden, heads)
         v_head_dim = head_dim
 
-    qkv_bias, o_bias = r.trait(family.qkv_bias), r.trait(family.o_bias)
-    mlp_bias = r.trait(family.mlp_bias)
-    moe = _moe(r, family, layers)
-    if family.mlp is Mlp.QWEN_W:
+    qkv_bias, o_bias = r.trait(modeling.qkv_bias), r.trait(modeling.o_bias)
+    mlp_bias = r.trait(modeling.mlp_bias)
+    moe = _moe(r, modeling, layers)
+    if modeling.mlp is Mlp.QWEN_W:
         # Qwen v1's intermediate_size counts w1 and w2 together.
         intermediate = r.integer("intermediate_size", high=Bounds.INTERMEDIATE * 2) // 2
         if intermediate < 1:
             raise InvalidConfig("intermediate_size must be at least 2", field="intermediate_size")
-    elif family.intermediate_ratio is not None and not r.has("intermediate_size"):
-        intermediate = family.intermediate_ratio * hidden
+    elif schema.intermediate_ratio is not None and not r.has("intermediate_size"):
+        intermediate = schema.intermediate_ratio * hidden
         r.assumptions.append(
             f"{r.keys_for('intermediate_size')[0]} not in config; used "
-            f"{family.intermediate_ratio} x hidden_size = {intermediate} (transformers)"
+            f"{schema.intermediate_ratio} x hidden_size = {intermediate} (transformers)"
         )
     else:
         intermediate = r.integer("intermediate_size", high=Bounds.INTERMEDIATE)
@@ -198,10 +198,10 @@ def _build(r: ConfigReader, wrapper: str | None) -> Architecture:
         raise InvalidConfig("hidden_act must be a string", field="hidden_act")
 
     qk_norm = None
-    if family.qk_norm is not None and r.trait(family.qk_norm.enabled):
-        qk_norm = "per_head" if family.qk_norm.per_head else "full_width"
-    window, layer_types = _layer_types(r, family, layers)
-    norm_names = _NORM_RULES[family.norm_rule](r)
+    if modeling.qk_norm is not None and r.trait(modeling.qk_norm.enabled):
+        qk_norm = "per_head" if modeling.qk_norm.per_head else "full_width"
+    window, layer_types = _layer_types(r, modeling, layers)
+    norm_names = _NORM_RULES[modeling.norm_rule](r)
     linear = _linear_attention(r) if LINEAR_ATTENTION in layer_types else None
     chunk = None
     if CHUNKED_ATTENTION in layer_types:
@@ -216,13 +216,13 @@ def _build(r: ConfigReader, wrapper: str | None) -> Architecture:
     )
     archs = r.config.get("architectures")
     attn_cap = final_cap = None
-    if family.softcapping:
+    if modeling.softcapping:
         attn_cap = r.opt_float("attn_logit_softcapping", low=0.0, high=Bounds.SOFTCAP)
         final_cap = r.opt_float("final_logit_softcapping", low=0.0, high=Bounds.SOFTCAP)
 
     return Architecture(
         model_type=r.model_type,
-        family=family,
+        family=r.family,
         num_layers=layers,
         hidden_size=hidden,
         vocab_size=vocab,
@@ -231,15 +231,15 @@ def _build(r: ConfigReader, wrapper: str | None) -> Architecture:
         head_dim=head_dim,
         v_head_dim=v_head_dim,
         intermediate_size=intermediate,
-        gated_mlp=family.mlp is not Mlp.PLAIN,
+        gated_mlp=modeling.mlp is not Mlp.PLAIN,
         hidden_act=act,
         tie_word_embeddings=r.flag("tie_word_embeddings"),
         attention_bias=qkv_bias,
         attention_out_bias=o_bias,
         mlp_bias=mlp_bias,
-        lm_head_bias=r.trait(family.lm_head_bias),
-        norm=family.norm,
-        norm_bias=family.norm_bias,
+        lm_head_bias=r.trait(modeling.lm_head_bias),
+        norm=modeling.norm,
+        norm_bias=modeling.norm_bias,
         norms_per_layer=len(norm_names),
         qk_norm=qk_norm,
         dtype=_dtype(r),
@@ -249,9 +249,9 @@ def _build(r: ConfigReader, wrapper: str | None) -> Architecture:
         mla=mla,
         moe=moe,
         quantization=parse_quantization(r.config.get("quantization_config")),
-        attention_sinks=family.sinks,
-        fused_qkv=family.attention in (Attention.FUSED_QKV, Attention.QWEN_C_ATTN),
-        fused_gate_up=family.mlp is Mlp.FUSED_GATE_UP,
+        attention_sinks=modeling.sinks,
+        fused_qkv=modeling.attention in (Attention.FUSED_QKV, Attention.QWEN_C_ATTN),
+        fused_gate_up=modeling.mlp is Mlp.FUSED_GATE_UP,
         wrapper_model_type=wrapper,
         architectures=tuple(
             identifier(a, "architectures") for a in str_tuple(archs, "architectures")
@@ -262,7 +262,7 @@ def _build(r: ConfigReader, wrapper: str | None) -> Architecture:
         model_max_length=_optional_positions(r, "model_max_length"),
         attn_logit_softcapping=attn_cap,
         final_logit_softcapping=final_cap,
-        attention_softmax_fp32=r.trait(family.softmax_fp32),
+        attention_softmax_fp32=r.trait(modeling.softmax_fp32),
         layer_norm_names=norm_names,
         linear_attention=linear,
         attention_chunk_size=chunk,
@@ -270,7 +270,7 @@ def _build(r: ConfigReader, wrapper: str | None) -> Architecture:
 
 
 def _standard_kv_heads(r: ConfigReader, heads: int) -> int:
-    if r.has("num_key_value_heads") or "num_key_value_heads" in r.family.defaults:
+    if r.has("num_key_value_heads") or "num_key_value_heads" in r.family.schema.defaults:
         return r.integer("num_key_value_heads", high=Bounds.HEADS)
     return heads
 
@@ -290,8 +290,8 @@ _KV_HEADS: dict[KvHeads, Callable[[ConfigReader, int], int]] = {
 
 
 def _fixed_norms(r: ConfigReader) -> tuple[str, ...]:
-    extra = tuple(name for name, flag in r.family.conditional_norms if r.trait(flag))
-    return (*r.family.layer_norms, *extra)
+    extra = tuple(name for name, flag in r.family.modeling.conditional_norms if r.trait(flag))
+    return (*r.family.modeling.layer_norms, *extra)
 
 
 def _falcon_norms(r: ConfigReader) -> tuple[str, ...]:
@@ -328,7 +328,7 @@ def _linear_attention(r: ConfigReader) -> LinearAttentionSpec:
 
 def _note_mtp_layers(r: ConfigReader, layers: int) -> None:
     """Multi-token-prediction layers a checkpoint carries beyond num_hidden_layers."""
-    key = r.family.mtp_key
+    key = r.family.schema.mtp_key
     value = r.config.get(key) if key is not None else None
     if key is None or value is None:
         return
@@ -402,7 +402,7 @@ def _moe_layers(r: ConfigReader, placement: MoePlacement, layers: int) -> tuple[
         freq = r.integer(
             "moe_layer_freq",
             high=Bounds.LAYERS,
-            default=... if "moe_layer_freq" in r.family.defaults else 1,
+            default=... if "moe_layer_freq" in r.family.schema.defaults else 1,
         )
         if freq != 1:
             r.assumptions.append(
@@ -422,8 +422,8 @@ def _moe_layers(r: ConfigReader, placement: MoePlacement, layers: int) -> tuple[
     return tuple(range(layers))
 
 
-def _moe(r: ConfigReader, family: Family, layers: int) -> MoeSpec | None:
-    schema = family.moe
+def _moe(r: ConfigReader, modeling: Modeling, layers: int) -> MoeSpec | None:
+    schema = modeling.moe
     if schema is None:
         return None
     low = 0 if schema.zero_experts_means_dense else 1
@@ -516,10 +516,10 @@ def _llama4_layer_types(r: ConfigReader, layers: int) -> tuple[str, ...]:
 
 
 def _layer_types(
-    r: ConfigReader, family: Family, layers: int
+    r: ConfigReader, modeling: Modeling, layers: int
 ) -> tuple[int | None, tuple[str, ...]]:
     """(sliding window, per-layer attention type) by the family's layout rule."""
-    layout = family.layout
+    layout = modeling.layout
     if layout is LayerLayout.FULL:
         return None, (FULL_ATTENTION,) * layers
     if layout is LayerLayout.LLAMA4_CHUNKED:
@@ -533,7 +533,8 @@ def _layer_types(
             LINEAR_ATTENTION if (i + 1) % every else FULL_ATTENTION for i in range(layers)
         )
     window = r.opt_int("sliding_window", low=0, high=Bounds.WINDOW) or None
-    if family.sliding_window_switch is not None and not r.flag(family.sliding_window_switch):
+    switch = r.family.schema.sliding_window_switch
+    if switch is not None and not r.flag(switch):
         window = None
     if layout in _EXPLICIT_TYPES and r.raw("layer_types") is not None:
         return window, _explicit_layer_types(r, layers, window)
@@ -553,7 +554,7 @@ def _layer_types(
     period = (
         r.integer("sliding_window_pattern", high=Bounds.LAYERS, default=6)
         if layout is LayerLayout.GEMMA3
-        else family.alternating_period
+        else modeling.alternating_period
     )
     if window is None:
         return None, (FULL_ATTENTION,) * layers

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from service.estimator.model.architecture import Architecture
-from service.estimator.model.family_traits import Attention, Mlp
+from service.estimator.model.modeling_traits import Attention, Mlp
 from service.estimator.model.shapes import LinearModule, ParameterGroup, Reads, Shard
 
 __all__ = ["linear_modules", "parameter_groups"]
@@ -68,7 +68,7 @@ class _Builder:
 
     def __init__(self, arch: Architecture) -> None:
         self.arch = arch
-        names = arch.family.names
+        names = arch.family.targets.names
         self.all_layers = tuple(range(arch.num_layers))
         self.attn_layers = arch.attention_layers
         self.names = names
@@ -280,7 +280,7 @@ _ATTENTION: dict[Attention, Callable[[_Builder], None]] = {
 
 
 def _experts(b: _Builder) -> None:
-    a, moe, schema = b.arch, b.arch.moe, b.arch.family.moe
+    a, moe, schema = b.arch, b.arch.moe, b.arch.family.modeling.moe
     assert moe is not None and schema is not None
     h = a.hidden_size
     sparse = moe.layers
@@ -345,12 +345,11 @@ def _experts(b: _Builder) -> None:
 def linear_modules(arch: Architecture) -> tuple[LinearModule, ...]:
     """Every linear projection of the language model, lm_head last."""
     b = _Builder(arch)
-    _ATTENTION[arch.family.attention](b)
+    _ATTENTION[arch.family.modeling.attention](b)
     if arch.linear_attention is not None:
         _linear_attention(b)
-    b.mlp_block(
-        arch.family.mlp, b.mlp, "mlp", arch.intermediate_size, arch.mlp_bias, arch.dense_layers
-    )
+    mlp = arch.family.modeling.mlp
+    b.mlp_block(mlp, b.mlp, "mlp", arch.intermediate_size, arch.mlp_bias, arch.dense_layers)
     if arch.moe is not None:
         _experts(b)
     b.add(
@@ -370,14 +369,14 @@ def linear_modules(arch: Architecture) -> tuple[LinearModule, ...]:
 
 def parameter_groups(arch: Architecture) -> tuple[ParameterGroup, ...]:
     """Every non-linear tensor: embeddings, norms, sinks, router correction biases."""
-    names = arch.family.names
+    names = arch.family.targets.names
     all_layers = tuple(range(arch.num_layers))
     base = f"{names.prefix}.{names.layers}.{{i}}"
     attn = f"{base}.{names.attn}"
     h = arch.hidden_size
     norm_numel = h * (2 if arch.norm_bias else 1)
     attn_layers = arch.attention_layers
-    weighted = arch.family.norm_weights
+    weighted = arch.family.modeling.norm_weights
     out = [
         ParameterGroup(
             "embed_tokens",
@@ -387,9 +386,9 @@ def parameter_groups(arch: Architecture) -> tuple[ParameterGroup, ...]:
             vocab_rows=arch.vocab_size,
         )
     ]
-    for name in (arch.layer_norm_names or arch.family.layer_norms) if weighted else ():
+    for name in (arch.layer_norm_names or arch.family.modeling.layer_norms) if weighted else ():
         out.append(ParameterGroup(name, f"{base}.{name}", "norms", norm_numel, all_layers))
-    qk = arch.family.qk_norm
+    qk = arch.family.modeling.qk_norm
     if arch.qk_norm is not None and qk is not None:
         per_head = arch.qk_norm == "per_head"
         widths = (2 if qk.bias else 1) * (arch.head_dim if per_head else 1)

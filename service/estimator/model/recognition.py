@@ -14,7 +14,8 @@ from typing import Any
 from service.estimator.errors import UnsupportedArchitecture
 from service.estimator.model.config_reader import ALIASES, identifier
 from service.estimator.model.families import ARCHITECTURE_CLASSES, LLAMA, SUPPORTED_MODEL_TYPES
-from service.estimator.model.family_traits import Family, LlamaCppType
+from service.estimator.model.family_traits import Family
+from service.estimator.model.llamacpp_names import LlamaCppNames, LlamaCppType
 
 __all__ = [
     "GENERIC_DECODER",
@@ -29,7 +30,7 @@ FAMILIES_OR_WRAPPERS = frozenset(SUPPORTED_MODEL_TYPES)
 
 #: A decoder whose family is unknown but whose config has the standard keys is read as Llama
 #: (but llama.cpp's loader knows nothing of it: no Llama typing in its quantize rules).
-GENERIC_DECODER = dataclasses.replace(LLAMA, llamacpp_type=LlamaCppType.OTHER)
+GENERIC_DECODER = dataclasses.replace(LLAMA, llamacpp=LlamaCppNames(LlamaCppType.OTHER))
 
 #: Config keys of the standard decoder a generic read needs (under ALIASES' names too).
 GENERIC_DECODER_KEYS = (
