@@ -61,6 +61,10 @@ class Architecture:
     tokens per chunk), or a linear-attention mixer (``linear_attention``) that keeps a
     per-sequence state instead of per-token keys and values. ``layer_norm_names`` are the
     hidden-size norms of one decoder layer as this config builds them.
+    ``embedding_size`` is the width of the token embedding and of lm_head's input when it is
+    not ``hidden_size`` (OPT-350m's ``word_embed_proj_dim``: ``project_in`` / ``project_out``
+    map between the two); ``position_embeddings`` the rows of a learned absolute position
+    table (0: none); ``final_norm`` whether a norm precedes lm_head.
     """
 
     model_type: str
@@ -109,6 +113,9 @@ class Architecture:
     layer_norm_names: tuple[str, ...] = ()
     linear_attention: LinearAttentionSpec | None = None
     attention_chunk_size: int | None = None
+    embedding_size: int | None = None
+    position_embeddings: int = 0
+    final_norm: bool = True
 
     def __hash__(self) -> int:
         # An Architecture keys the estimator's caches and a request looks several of them up;
@@ -155,6 +162,11 @@ class Architecture:
     def attn_output_gate(self) -> bool:
         """Queries carry a sigmoid output gate of their own width (Qwen3-Next)."""
         return self.family.modeling.attn_output_gate
+
+    @property
+    def embed_width(self) -> int:
+        """Width of the token embedding and of lm_head's input."""
+        return self.embedding_size or self.hidden_size
 
     @property
     def rope_dim(self) -> int:

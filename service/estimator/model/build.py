@@ -38,7 +38,13 @@ from service.estimator.model.modeling_traits import (
     SharedExperts,
 )
 from service.estimator.model.quantization import parse_quantization
-from service.estimator.model.recognition import generic_decoder, outer_model_type, shown_name
+from service.estimator.model.recognition import (
+    GENERIC_DECODER,
+    generic_assumptions,
+    generic_decoder,
+    outer_model_type,
+    shown_name,
+)
 from service.estimator.model.shapes import (
     CHUNKED_ATTENTION,
     FULL_ATTENTION,
@@ -52,6 +58,21 @@ from service.estimator.model.vision import attach_vision
 from service.estimator.units import checkpoint_dtype
 
 __all__ = ["read_config"]
+
+# MLPs without a gate: one activation between two projections (StarCoder2, Phi-1/2, Falcon, OPT).
+_PLAIN_MLPS = frozenset({Mlp.PLAIN, Mlp.PLAIN_FC, Mlp.PLAIN_DENSE})
+
+_LLAMA_STYLE_NOTE = (
+    "model_type {name!r} is not one this service knows; its config has the standard decoder "
+    "keys, so it was read as a Llama-style decoder (gated MLP, RMSNorm, no biases unless "
+    "attention_bias/mlp_bias say so): post the config with a supported model_type or "
+    "architectures if it is not one"
+)
+_GENERIC_NOTE = (
+    "model_type {name!r} is not one this service knows; its config has the standard decoder "
+    "keys and counts routed experts or latent attention, so it was read by the generic "
+    "decoder: post the config with a supported model_type or architectures if it is not one"
+)
 
 # Keys a wrapper keeps at its top level that apply to its language model too.
 _WRAPPER_SHARED_KEYS = ("torch_dtype", "dtype", "quantization_config")
@@ -95,12 +116,12 @@ def read_config(config: Mapping[str, Any]) -> Architecture:
     family = family_for(model_type)
     if family is None:
         family = generic_decoder(config, model_type)
-        notes.append(
-            f"model_type {shown_name(model_type)!r} is not one this service knows; its config has "
-            "the standard decoder keys, so it was read as a Llama-style decoder (gated MLP, "
-            "RMSNorm, no biases unless attention_bias/mlp_bias say so): post the config "
-            "with a supported model_type or architectures if it is not one"
-        )
+        name = shown_name(model_type)
+        if family.name != GENERIC_DECODER.name:
+            notes.append(_GENERIC_NOTE.format(name=name))
+            notes.extend(generic_assumptions(family))
+        else:
+            notes.append(_LLAMA_STYLE_NOTE.format(name=name))
     reader = ConfigReader(config, family, model_type)
     reader.assumptions.extend(notes)
     arch = _build(reader, wrapper)
@@ -215,6 +236,18 @@ def _build(r: ConfigReader, wrapper: str | None) -> Architecture:
         else check_int(max_pos, "max_position_embeddings", 1, Bounds.POSITIONS)
     )
     archs = r.config.get("architectures")
+    embedding_size = None
+    if schema.embedding_size_key is not None:
+        embedding_size = r.opt_int(schema.embedding_size_key, high=Bounds.HIDDEN)
+        embedding_size = None if embedding_size == hidden else embedding_size
+    positions = 0
+    if modeling.position_table_offset is not None:
+        if max_pos is None:
+            raise InvalidConfig(
+                "max_position_embeddings is required: it sizes the learned position table",
+                field="max_position_embeddings",
+            )
+        positions = max_pos + modeling.position_table_offset
     attn_cap = final_cap = None
     if modeling.softcapping:
         attn_cap = r.opt_float("attn_logit_softcapping", low=0.0, high=Bounds.SOFTCAP)
@@ -231,7 +264,7 @@ def _build(r: ConfigReader, wrapper: str | None) -> Architecture:
         head_dim=head_dim,
         v_head_dim=v_head_dim,
         intermediate_size=intermediate,
-        gated_mlp=modeling.mlp is not Mlp.PLAIN,
+        gated_mlp=modeling.mlp not in _PLAIN_MLPS,
         hidden_act=act,
         tie_word_embeddings=r.flag("tie_word_embeddings"),
         attention_bias=qkv_bias,
@@ -266,6 +299,9 @@ def _build(r: ConfigReader, wrapper: str | None) -> Architecture:
         layer_norm_names=norm_names,
         linear_attention=linear,
         attention_chunk_size=chunk,
+        embedding_size=embedding_size,
+        position_embeddings=positions,
+        final_norm=r.trait(modeling.final_norm),
     )
 
 

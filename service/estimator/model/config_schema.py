@@ -45,3 +45,6 @@ class ConfigSchema:
     # Checkpoints carry this many multi-token-prediction layers beyond num_hidden_layers
     # (config key); neither transformers nor vLLM's main model builds them.
     mtp_key: str | None = None
+    # The key of the token embedding's width when it may differ from hidden_size (OPT's
+    # word_embed_proj_dim); None: the embedding is hidden_size wide.
+    embedding_size_key: str | None = None

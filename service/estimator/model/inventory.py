@@ -74,7 +74,8 @@ class _Builder:
         self.names = names
         self.base = f"{names.prefix}.{names.layers}.{{i}}"
         self.attn = f"{self.base}.{names.attn}"
-        self.mlp = f"{self.base}.{names.mlp}"
+        # OPT's fc1/fc2 sit on the layer itself, not in an mlp module.
+        self.mlp = f"{self.base}.{names.mlp}" if names.mlp else self.base
         self.out: list[LinearModule] = []
 
     def add(
@@ -91,7 +92,7 @@ class _Builder:
         **kw: object,
     ) -> None:
         layers = self.all_layers if layers is None else layers
-        if layers or component == "lm_head":
+        if layers or component in ("lm_head", "embeddings"):
             self.out.append(
                 LinearModule(
                     name,
@@ -352,11 +353,18 @@ def linear_modules(arch: Architecture) -> tuple[LinearModule, ...]:
     b.mlp_block(mlp, b.mlp, "mlp", arch.intermediate_size, arch.mlp_bias, arch.dense_layers)
     if arch.moe is not None:
         _experts(b)
+    if arch.embed_width != arch.hidden_size:
+        # OPT-350m: the embedding's width differs from the decoder's; two projections map it.
+        base = f"{arch.family.targets.names.prefix}"
+        e, h = arch.embed_width, arch.hidden_size
+        rep = Shard.REPLICATED
+        b.add("project_in", f"{base}.project_in", "embeddings", e, h, False, rep, _AI, ())
+        b.add("project_out", f"{base}.project_out", "lm_head", h, e, False, rep, Reads.FINAL, ())
     b.add(
         "lm_head",
         "lm_head",
         "lm_head",
-        arch.hidden_size,
+        arch.embed_width,
         arch.vocab_size,
         arch.lm_head_bias,
         Shard.VOCAB,
@@ -382,10 +390,20 @@ def parameter_groups(arch: Architecture) -> tuple[ParameterGroup, ...]:
             "embed_tokens",
             f"{names.prefix}.{names.embed}.weight",
             "embeddings",
-            arch.vocab_size * h,
+            arch.vocab_size * arch.embed_width,
             vocab_rows=arch.vocab_size,
         )
     ]
+    if arch.position_embeddings:
+        # A learned absolute position table, whole on every rank (vLLM's OPT: nn.Embedding).
+        out.append(
+            ParameterGroup(
+                "embed_positions",
+                f"{names.prefix}.embed_positions.weight",
+                "embeddings",
+                arch.position_embeddings * h,
+            )
+        )
     for name in (arch.layer_norm_names or arch.family.modeling.layer_norms) if weighted else ():
         out.append(ParameterGroup(name, f"{base}.{name}", "norms", norm_numel, all_layers))
     qk = arch.family.modeling.qk_norm
@@ -446,7 +464,7 @@ def parameter_groups(arch: Architecture) -> tuple[ParameterGroup, ...]:
                 dtype="float32",
             )
         )
-    if weighted:
+    if weighted and arch.final_norm:
         final = names.final_norm
         out.append(ParameterGroup(final, f"{names.prefix}.{final}", "norms", norm_numel))
     return tuple(out)

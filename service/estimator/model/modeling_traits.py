@@ -171,3 +171,8 @@ class Modeling:
     # max_position_embeddings already is the rope-scaled context (Gemma 3's 131072).
     context_includes_rope_scaling: bool = False
     rope_tables: int = 1  # distinct rotary tables (Gemma 3: its global and local ropes)
+    # Learned absolute positions: a table of max_position_embeddings + this many rows (OPT's
+    # OPTLearnedPositionalEmbedding keeps 2 extra rows); None: rotary, no table.
+    position_table_offset: int | None = None
+    # The final norm before lm_head exists (OPT drops it when do_layer_norm_before is false).
+    final_norm: Flag = ON

@@ -46,9 +46,9 @@ def _component(name: str) -> str:
     ffn = "mlp" in parts or "feed_forward" in parts
     if {"vision_tower", "vision_model", "multi_modal_projector"} & set(parts):
         return "vision"
-    if {"embed_tokens", "wte", "word_embeddings"} & set(parts):
+    if {"embed_tokens", "wte", "word_embeddings", "embed_positions", "project_in"} & set(parts):
         return "embeddings"
-    if "lm_head" in parts:
+    if "lm_head" in parts or "project_out" in parts:
         return "lm_head"
     if "norm" in owner or owner.startswith("ln_") or owner.endswith("layernorm"):
         return "norms"
@@ -64,7 +64,7 @@ def _component(name: str) -> str:
         return "router"
     if {"self_attn", "self_attention", "linear_attn"} & set(parts):
         return "attention"
-    if ffn:
+    if ffn or owner in ("fc1", "fc2"):  # OPT's MLP projections sit on the layer itself
         return "mlp"
     raise AssertionError(f"unmapped parameter {name}")
 
@@ -266,6 +266,25 @@ NEW_FAMILY_CASES = {
     "olmo-mha-tied": _without_kv(_small("olmo", tie_word_embeddings=True)),
 }
 
+
+def _opt(**kw: Any) -> dict[str, Any]:
+    base = {
+        k: v
+        for k, v in _small("opt", max_position_embeddings=128).items()
+        if k not in ("intermediate_size", "num_key_value_heads")
+    }
+    return {**base, "ffn_dim": 512, "word_embed_proj_dim": 256, **kw}
+
+
+# Families added for issue 26, each in the variants its config flags select.
+ISSUE26_CASES = {
+    "opt-pre-norm-tied": _opt(do_layer_norm_before=True),
+    "opt-350m-style-projections-post-norm": _opt(
+        word_embed_proj_dim=128, do_layer_norm_before=False
+    ),
+    "opt-no-bias-untied": _opt(enable_bias=False, tie_word_embeddings=False),
+}
+
 EDGE_CASES = {
     "llama-untied-biases": _small("llama", attention_bias=True, mlp_bias=True),
     "llama-tied-no-kv-key": {
@@ -356,6 +375,7 @@ EDGE_CASES = {
         "starcoder2", use_bias=False, tie_word_embeddings=False, sliding_window=64
     ),
     **NEW_FAMILY_CASES,
+    **ISSUE26_CASES,
 }
 
 

@@ -26,6 +26,7 @@ from service.estimator.model.families import (
     llama,
     mistral,
     olmo,
+    opt,
     phi,
     qwen,
     stablelm,
@@ -57,6 +58,7 @@ _MODULES: tuple[ModuleType, ...] = (
     starcoder2,
     falcon,
     stablelm,
+    opt,
 )
 
 
