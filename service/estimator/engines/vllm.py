@@ -307,7 +307,11 @@ class VllmEngine(Engine):
             )
         return StageBuild(
             fixed_activation=fixed,
-            state=vllm_groups(args.kv, int(s["block_size"])),
+            state=vllm_groups(
+                args.kv,
+                int(s["block_size"]),
+                tokens_from_concurrency=line.kv_tokens_from_concurrency,
+            ),
             notes=tuple(notes),
             extra_weights=extra,
         )
@@ -365,7 +369,7 @@ class VllmEngine(Engine):
         groups = self._groups(st)
         pool = max(0, pools[idx])
         blocks = groups.num_blocks(pool)
-        tokens = groups.pool_tokens(blocks)
+        tokens = groups.logged_tokens(blocks, conc_len, mnbt)
         per_req = groups.blocks_per_request(conc_len, mnbt)
         notes = []
         if pools[0] != pools[idx]:

@@ -14,10 +14,19 @@ off for it unless ``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE`` is set 
 attention block size to the smallest multiple of 16 tokens whose page holds one layer's state
 (``HybridAttentionMambaModelConfig``), pads the state page to it, and a request takes one block
 in every state group whatever its length.
+
+Layers whose pages differ (Gemma 4's 512-wide full-attention heads beside 256-wide sliding
+ones) are unified by growing the smaller page's block size (``unify_kv_cache_spec_page_size``);
+layers that read another layer's cache (``kv_sharing_target_layer_name``) hold no page. From
+0.21 the logged token count is ``max_concurrency × max_model_len`` (``get_kv_cache_capacity``)
+instead of the pool's blocks per group × the smallest block size: a hybrid model's sliding
+groups need only their window per request, so the figure is the context the pool holds at
+peak (vllm-project/vllm#43308 reads the change on Gemma 4 as a tenfold gain).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from service.estimator.kv_cache import KvLayout
@@ -37,6 +46,13 @@ class VllmKvGroups:
     block_size: int
     window: int | None
     state_groups: int = 0  # linear-attention (MambaSpec) groups: one block per request
+    # The sliding groups' block size when their page was unified by growing it (Gemma 4: a
+    # sliding layer's token is half a full layer's, so its block holds twice the tokens).
+    sliding_block_size: int | None = None
+    # 0.21 on, the logged "GPU KV cache size" is max_concurrency × max_model_len
+    # (kv_cache_utils._report_kv_cache_config / get_kv_cache_capacity), before it the pool's
+    # blocks per group × the smallest block size.
+    tokens_from_concurrency: bool = False
 
     @property
     def groups(self) -> int:
@@ -47,17 +63,32 @@ class VllmKvGroups:
         return self.groups * self.group_size
 
     @property
+    def sliding_block(self) -> int:
+        return self.sliding_block_size or self.block_size
+
+    @property
     def token_bytes(self) -> int:
         """What one token of pool costs: a layer slot in every group that holds tokens."""
-        token_slots = (self.full_groups + self.sliding_groups) * self.group_size
-        return token_slots * self.page_bytes // self.block_size
+        full = self.full_groups * self.group_size * self.page_bytes // self.block_size
+        sliding = self.sliding_groups * self.group_size * self.page_bytes // self.sliding_block
+        return full + sliding
 
     def num_blocks(self, pool_bytes: int) -> int:
         return max(0, pool_bytes // self.page_bytes // self.group_size)
 
     def pool_tokens(self, num_blocks: int) -> int:
-        """The token count vLLM logs ("GPU KV cache size")."""
-        return num_blocks // self.groups * self.block_size
+        """The token count vLLM logs ("GPU KV cache size") before 0.21."""
+        smallest = min(self.block_size, self.sliding_block)
+        return num_blocks // self.groups * smallest
+
+    def logged_tokens(
+        self, num_blocks: int, max_model_len: int, max_num_batched_tokens: int
+    ) -> int:
+        """The token count this line logs ("GPU KV cache size")."""
+        if not self.tokens_from_concurrency:
+            return self.pool_tokens(num_blocks)
+        per_request = self.blocks_per_request(max_model_len, max_num_batched_tokens)
+        return int(num_blocks / per_request * max_model_len) if per_request else 0
 
     def blocks_per_request(self, seq_len: int, max_num_batched_tokens: int) -> int:
         """Blocks (of all groups) one request of `seq_len` tokens may occupy."""
@@ -65,7 +96,7 @@ class VllmKvGroups:
         if self.sliding_groups:
             assert self.window is not None
             tokens = min(self.window - 1 + max_num_batched_tokens, seq_len)
-            n += self.sliding_groups * (cdiv(tokens, self.block_size) + 1)
+            n += self.sliding_groups * (cdiv(tokens, self.sliding_block) + 1)
         return n
 
     def request_bytes(self, seq_len: int, max_num_batched_tokens: int) -> int:
@@ -80,21 +111,49 @@ class VllmKvGroups:
 _STATE_BLOCK_ALIGNMENT = 16
 
 
-def vllm_groups(layout: KvLayout, block_size: int) -> VllmKvGroups:
+def vllm_groups(
+    layout: KvLayout, block_size: int, *, tokens_from_concurrency: bool = False
+) -> VllmKvGroups:
     """Group a stage's layers the way vLLM v1 does for a uniform page size."""
+    groups = _groups(layout, block_size)
+    if tokens_from_concurrency:
+        groups = dataclasses.replace(groups, tokens_from_concurrency=True)
+    return groups
+
+
+def _groups(layout: KvLayout, block_size: int) -> VllmKvGroups:
     full, sliding = layout.full_layers + layout.chunked_layers, layout.sliding_layers
     if layout.linear_layers:
         return _state_groups(layout, full, block_size)
     page = block_size * layout.layer_token_bytes
     if full and sliding:
+        full_block, sliding_block, page = _unified_blocks(layout, block_size)
         small, large = min(full, sliding), max(full, sliding)
         size = large if large < small * 1.25 else small
         return VllmKvGroups(
-            size, cdiv(full, size), cdiv(sliding, size), page, block_size, layout.window
-        )
+            size, cdiv(full, size), cdiv(sliding, size), page, full_block, layout.window,
+            sliding_block_size=sliding_block if sliding_block != full_block else None,
+        )  # fmt: skip
     if sliding:
+        page = block_size * layout.sliding_token_bytes
         return VllmKvGroups(sliding, 0, 1, page, block_size, layout.window)
     return VllmKvGroups(full, 1, 0, page, block_size, None)
+
+
+def _unified_blocks(layout: KvLayout, block_size: int) -> tuple[int, int, int]:
+    """(full block size, sliding block size, page bytes) once vLLM unifies the two kinds'
+    pages (``unify_kv_cache_spec_page_size``): the kind with the smaller page grows its block
+    size by the ratio of the pages, so that every page is the larger one (Gemma 4: sliding
+    layers cache half a full layer's bytes per token and get blocks of twice the tokens, or
+    the reverse). A ratio that is not whole keeps the block and pads the page (0.21 on)."""
+    full_page = block_size * layout.layer_token_bytes
+    sliding_page = block_size * layout.sliding_token_bytes
+    page = max(full_page, sliding_page)
+
+    def grown(own: int) -> int:
+        return block_size * (page // own) if own and page % own == 0 else block_size
+
+    return grown(full_page), grown(sliding_page), page
 
 
 def _state_groups(layout: KvLayout, full: int, block_size: int) -> VllmKvGroups:

@@ -50,11 +50,12 @@ from service.estimator.model.shapes import (
     FULL_ATTENTION,
     LINEAR_ATTENTION,
     SLIDING_ATTENTION,
+    GlobalAttentionSpec,
     LinearAttentionSpec,
     MlaSpec,
     MoeSpec,
 )
-from service.estimator.model.vision import attach_vision
+from service.estimator.model.vision import attach_audio, attach_vision
 from service.estimator.units import checkpoint_dtype
 
 __all__ = ["read_config"]
@@ -127,6 +128,8 @@ def read_config(config: Mapping[str, Any]) -> Architecture:
     arch = _build(reader, wrapper)
     if text is not None and outer.get("vision_config") is not None:
         arch = attach_vision(arch, outer, outer["vision_config"])
+    if text is not None and outer.get("audio_config") is not None:
+        arch = attach_audio(arch, outer["audio_config"])
     return arch
 
 
@@ -222,6 +225,20 @@ def _build(r: ConfigReader, wrapper: str | None) -> Architecture:
     if modeling.qk_norm is not None and r.trait(modeling.qk_norm.enabled):
         qk_norm = "per_head" if modeling.qk_norm.per_head else "full_width"
     window, layer_types = _layer_types(r, modeling, layers)
+    if modeling.last_layer_full and layer_types and layer_types[-1] == SLIDING_ATTENTION:
+        layer_types = (*layer_types[:-1], FULL_ATTENTION)
+    global_attention = (
+        _global_attention(r, heads, kv_heads, layer_types) if modeling.global_attention else None
+    )
+    kv_shared = _kv_shared_layers(r, layer_types) if modeling.kv_sharing else ()
+    per_layer_input = per_layer_vocab = 0
+    if modeling.per_layer_embeddings:
+        per_layer_input = r.integer("hidden_size_per_layer_input", low=0, high=Bounds.HIDDEN)
+        if per_layer_input:
+            per_layer_vocab = r.integer("vocab_size_per_layer_input", high=Bounds.VOCAB)
+    wide: tuple[int, ...] = ()
+    if modeling.double_wide_shared_mlp and r.flag("use_double_wide_mlp"):
+        wide = kv_shared
     norm_names = _NORM_RULES[modeling.norm_rule](r)
     linear = _linear_attention(r) if LINEAR_ATTENTION in layer_types else None
     chunk = None
@@ -302,7 +319,73 @@ def _build(r: ConfigReader, wrapper: str | None) -> Architecture:
         embedding_size=embedding_size,
         position_embeddings=positions,
         final_norm=r.trait(modeling.final_norm),
+        global_attention=global_attention,
+        kv_shared_layers=kv_shared,
+        per_layer_input=per_layer_input,
+        per_layer_vocab=per_layer_vocab,
+        wide_mlp_layers=wide,
     )
+
+
+def _global_attention(
+    r: ConfigReader, heads: int, kv_heads: int, layer_types: tuple[str, ...]
+) -> GlobalAttentionSpec | None:
+    """Gemma 4's full-attention geometry: ``global_head_dim`` (512 unless given) and, with
+    ``attention_k_eq_v``, ``num_global_key_value_heads``; or transformers 5.24's serialized
+    ``per_layer_config`` entries of the full layers, which must agree."""
+    full = [i for i, t in enumerate(layer_types) if t == FULL_ATTENTION]
+    if not full:
+        return None
+    k_eq_v = r.flag("attention_k_eq_v")
+    table = r.config.get("per_layer_config")
+    if isinstance(table, Mapping) and table:
+        rows = {int(k): v for k, v in table.items() if str(k).isdigit() and isinstance(v, Mapping)}
+        picked = {
+            (rows[i].get("head_dim"), rows[i].get("num_key_value_heads")) for i in full if i in rows
+        }
+        if len(picked) != 1 or len({i for i in full if i in rows}) != len(full):
+            raise InvalidConfig(
+                "per_layer_config must give every full-attention layer the same head_dim and "
+                "num_key_value_heads",
+                field="per_layer_config",
+            )
+        head_dim, kv = picked.pop()
+        head_dim = check_int(head_dim, "per_layer_config.head_dim", 1, Bounds.HEAD_DIM)
+        kv = kv_heads if kv is None else check_int(kv, "per_layer_config.num_key_value_heads",
+                                                   1, Bounds.HEADS)  # fmt: skip
+    else:
+        head_dim = r.integer("global_head_dim", high=Bounds.HEAD_DIM)
+        global_kv = r.config.get("num_global_key_value_heads") if k_eq_v else None
+        kv = (
+            kv_heads
+            if global_kv is None
+            else check_int(global_kv, "num_global_key_value_heads", 1, Bounds.HEADS)
+        )
+    if heads % kv:
+        raise InvalidConfig(
+            f"num_attention_heads ({heads}) must be a multiple of the full-attention layers' "
+            f"key/value heads ({kv})",
+            field="num_global_key_value_heads",
+        )
+    return GlobalAttentionSpec(head_dim=head_dim, kv_heads=kv, k_eq_v=k_eq_v)
+
+
+def _kv_shared_layers(r: ConfigReader, layer_types: tuple[str, ...]) -> tuple[int, ...]:
+    """Gemma 4: the last ``num_kv_shared_layers`` layers read the cache of the last earlier
+    layer of their type, so every type among them needs such a producer (transformers'
+    ``kv_sharing_modes``)."""
+    layers = len(layer_types)
+    n = r.integer("num_kv_shared_layers", low=0, high=layers)
+    if not n:
+        return ()
+    first = layers - n
+    if n < layers and set(layer_types[first:]) - set(layer_types[:first]):
+        raise InvalidConfig(
+            "num_kv_shared_layers leaves a shared layer type with no earlier layer of its type "
+            "to read keys and values from",
+            field="num_kv_shared_layers",
+        )
+    return tuple(range(first, layers))
 
 
 def _standard_kv_heads(r: ConfigReader, heads: int) -> int:
@@ -460,7 +543,7 @@ def _moe_layers(r: ConfigReader, placement: MoePlacement, layers: int) -> tuple[
 
 def _moe(r: ConfigReader, modeling: Modeling, layers: int) -> MoeSpec | None:
     schema = modeling.moe
-    if schema is None:
+    if schema is None or (schema.enabled is not None and not r.trait(schema.enabled)):
         return None
     low = 0 if schema.zero_experts_means_dense else 1
     experts = r.integer("num_experts", low=low, high=Bounds.EXPERTS)
@@ -494,6 +577,7 @@ def _moe(r: ConfigReader, modeling: Modeling, layers: int) -> MoeSpec | None:
         e_score_correction_bias=schema.e_score_correction_bias,
         expert_bias=schema.expert_bias,
         router_dtype=schema.router_dtype,
+        beside_dense=schema.beside_dense,
     )
 
 

@@ -136,16 +136,22 @@ class _Builder:
 
 
 def _standard_attention(b: _Builder) -> None:
+    """q/k/v/o per attention kind: a layer that reads another's cache has no k/v projections,
+    one whose keys serve as values no v_proj (Gemma 4)."""
     a, h, o = b.arch, b.arch.hidden_size, b.names.o
-    q, kv = a.q_proj_size, a.kv_proj_size
-    # A gated attention's q_proj also yields the output gate, one value per query channel.
-    q_out = 2 * q if a.attn_output_gate else q
-    at = b.attn_layers
     bias = a.attention_bias
-    b.add("q_proj", f"{b.attn}.q_proj", "attention", h, q_out, bias, Shard.COLUMN, _AI, at)
-    b.add("k_proj", f"{b.attn}.k_proj", "attention", h, kv, bias, Shard.KV_HEADS, _AI, at)
-    b.add("v_proj", f"{b.attn}.v_proj", "attention", h, kv, bias, Shard.KV_HEADS, _AI, at)
-    b.add(o, f"{b.attn}.{o}", "attention", q, h, a.attention_out_bias, Shard.ROW, _AO, at)
+    for kind in a.attention_kinds:
+        q, kv = a.num_attention_heads * kind.head_dim, kind.kv_heads * kind.head_dim
+        # A gated attention's q_proj also yields the output gate, one value per query channel.
+        q_out = 2 * q if a.attn_output_gate else q
+        at = kind.layers
+        b.add("q_proj", f"{b.attn}.q_proj", "attention", h, q_out, bias, Shard.COLUMN, _AI, at)
+        if kind.own_kv:
+            b.add("k_proj", f"{b.attn}.k_proj", "attention", h, kv, bias, Shard.KV_HEADS, _AI, at)
+            if not kind.k_eq_v:
+                b.add("v_proj", f"{b.attn}.v_proj", "attention", h, kv, bias, Shard.KV_HEADS,
+                      _AI, at)  # fmt: skip
+        b.add(o, f"{b.attn}.{o}", "attention", q, h, a.attention_out_bias, Shard.ROW, _AO, at)
 
 
 def _fused_qkv_attention(b: _Builder) -> None:
@@ -286,9 +292,10 @@ def _experts(b: _Builder) -> None:
     h = a.hidden_size
     sparse = moe.layers
     router = schema.router_name
+    where = b.mlp if schema.in_mlp else b.base
     b.add(
         router,
-        f"{b.mlp}.{router}",
+        f"{where}.{router}",
         "router",
         h,
         moe.num_experts,
@@ -306,7 +313,7 @@ def _experts(b: _Builder) -> None:
     ):
         b.add(
             name,
-            f"{b.mlp}.{name}",
+            f"{where}.{name}",
             "experts",
             fan_in,
             fan_out,
@@ -343,14 +350,36 @@ def _experts(b: _Builder) -> None:
         )
 
 
+def _per_layer_embeddings(b: _Builder) -> None:
+    """Gemma 4's per-layer embeddings: a projection of the token embedding into every layer's
+    slot, and per layer a gate from the hidden state and a projection back (vLLM: the first
+    column-parallel, the per-layer ones replicated)."""
+    a = b.arch
+    h, p = a.hidden_size, a.per_layer_input
+    prefix = a.family.targets.names.prefix
+    b.add("per_layer_model_projection", f"{prefix}.per_layer_model_projection", "embeddings",
+          h, a.num_layers * p, False, Shard.COLUMN, _AI, ())  # fmt: skip
+    rep = Shard.REPLICATED
+    b.add("per_layer_input_gate", f"{b.base}.per_layer_input_gate", "mlp", h, p, False, rep,
+          Reads.MLP_INPUT)  # fmt: skip
+    b.add("per_layer_projection", f"{b.base}.per_layer_projection", "mlp", p, h, False, rep,
+          Reads.MLP_ACT)  # fmt: skip
+
+
 def linear_modules(arch: Architecture) -> tuple[LinearModule, ...]:
     """Every linear projection of the language model, lm_head last."""
     b = _Builder(arch)
     _ATTENTION[arch.family.modeling.attention](b)
     if arch.linear_attention is not None:
         _linear_attention(b)
-    mlp = arch.family.modeling.mlp
-    b.mlp_block(mlp, b.mlp, "mlp", arch.intermediate_size, arch.mlp_bias, arch.dense_layers)
+    mlp, width, bias = arch.family.modeling.mlp, arch.intermediate_size, arch.mlp_bias
+    wide = frozenset(arch.wide_mlp_layers)
+    normal = tuple(i for i in arch.dense_mlp_layers if i not in wide)
+    b.mlp_block(mlp, b.mlp, "mlp", width, bias, normal)
+    if wide:  # Gemma 4 E2B: the KV-shared layers' MLP is twice as wide
+        b.mlp_block(mlp, b.mlp, "mlp", 2 * width, bias, tuple(sorted(wide)))
+    if arch.per_layer_input:
+        _per_layer_embeddings(b)
     if arch.moe is not None:
         _experts(b)
     if arch.embed_width != arch.hidden_size:
@@ -383,7 +412,6 @@ def parameter_groups(arch: Architecture) -> tuple[ParameterGroup, ...]:
     attn = f"{base}.{names.attn}"
     h = arch.hidden_size
     norm_numel = h * (2 if arch.norm_bias else 1)
-    attn_layers = arch.attention_layers
     weighted = arch.family.modeling.norm_weights
     out = [
         ParameterGroup(
@@ -409,12 +437,40 @@ def parameter_groups(arch: Architecture) -> tuple[ParameterGroup, ...]:
     qk = arch.family.modeling.qk_norm
     if arch.qk_norm is not None and qk is not None:
         per_head = arch.qk_norm == "per_head"
-        widths = (2 if qk.bias else 1) * (arch.head_dim if per_head else 1)
-        q_numel = widths if per_head else widths * arch.q_proj_size
-        k_numel = widths if per_head else widths * arch.kv_proj_size
         q_name, k_name = qk.names
-        out.append(ParameterGroup(q_name, f"{attn}.{q_name}", "norms", q_numel, attn_layers))
-        out.append(ParameterGroup(k_name, f"{attn}.{k_name}", "norms", k_numel, attn_layers))
+        for kind in arch.attention_kinds:
+            widths = (2 if qk.bias else 1) * (kind.head_dim if per_head else 1)
+            q_numel = widths if per_head else widths * arch.num_attention_heads * kind.head_dim
+            k_numel = widths if per_head else widths * kind.kv_heads * kind.head_dim
+            at = kind.layers
+            out.append(ParameterGroup(q_name, f"{attn}.{q_name}", "norms", q_numel, at))
+            if kind.own_kv:  # a layer reading another's cache has no k_norm (Gemma 4)
+                out.append(ParameterGroup(k_name, f"{attn}.{k_name}", "norms", k_numel, at))
+    if arch.per_layer_input:
+        p = arch.per_layer_input
+        out.append(
+            ParameterGroup(
+                "embed_tokens_per_layer",
+                f"{names.prefix}.embed_tokens_per_layer.weight",
+                "embeddings",
+                arch.per_layer_vocab * arch.num_layers * p,
+                vocab_rows=arch.per_layer_vocab,
+            )
+        )
+        out.append(
+            ParameterGroup(
+                "per_layer_projection_norm", f"{names.prefix}.per_layer_projection_norm", "norms", p
+            )
+        )
+        out.append(
+            ParameterGroup(
+                "post_per_layer_input_norm",
+                f"{base}.post_per_layer_input_norm",
+                "norms",
+                h,
+                all_layers,
+            )
+        )
     lin = arch.linear_attention
     if lin is not None:
         lin_layers = arch.linear_attention_layers
@@ -450,6 +506,20 @@ def parameter_groups(arch: Architecture) -> tuple[ParameterGroup, ...]:
         out.append(
             ParameterGroup(
                 "sinks", f"{attn}.sinks", "attention", arch.num_attention_heads, all_layers
+            )
+        )
+    schema = arch.family.modeling.moe
+    if arch.moe is not None and schema is not None and schema.router_scales:
+        where = f"{base}.{names.mlp}" if schema.in_mlp else base
+        e, moe_layers = arch.moe.num_experts, arch.moe.layers
+        out.append(ParameterGroup("router.scale", f"{where}.router.scale", "router", h, moe_layers))
+        out.append(
+            ParameterGroup(
+                "router.per_expert_scale",
+                f"{where}.router.per_expert_scale",
+                "router",
+                e,
+                moe_layers,
             )
         )
     if arch.moe is not None and arch.moe.e_score_correction_bias:

@@ -125,6 +125,13 @@ class MoeSchema:
     router_dtype: str | None = None
     zero_experts_means_dense: bool = False  # Qwen: num_experts 0 builds a dense model
     shared_bias_follows_mlp_bias: bool = False  # DeepSeek-V2's mlp_bias reaches the shared MLP
+    # The config flag that builds the experts at all (Gemma 4's enable_moe_block); None: always.
+    enabled: Flag | None = None
+    in_mlp: bool = True  # router and experts inside the mlp module; False: on the layer itself
+    # Gemma 4's router scales its input per channel (router.scale) and its output per expert
+    # (router.per_expert_scale).
+    router_scales: bool = False
+    beside_dense: bool = False  # the dense MLP stays on every layer, beside the experts
 
 
 @dataclass(frozen=True)
@@ -176,3 +183,13 @@ class Modeling:
     position_table_offset: int | None = None
     # The final norm before lm_head exists (OPT drops it when do_layer_norm_before is false).
     final_norm: Flag = ON
+    # Gemma 4: the full-attention layers have their own head size (global_head_dim) and, with
+    # attention_k_eq_v, their own KV heads (num_global_key_value_heads) and no v_proj.
+    global_attention: bool = False
+    # Gemma 4: the last num_kv_shared_layers layers reuse an earlier layer's keys and values.
+    kv_sharing: bool = False
+    # Gemma 4 E2B/E4B: per-layer embeddings (hidden_size_per_layer_input wide per layer).
+    per_layer_embeddings: bool = False
+    # Gemma 4 E2B: use_double_wide_mlp doubles the dense MLP of the KV-shared layers.
+    double_wide_shared_mlp: bool = False
+    last_layer_full: bool = False  # the last layer is full attention whatever the pattern says

@@ -44,8 +44,11 @@ def _component(name: str) -> str:
     parts = name.split(".")
     owner = parts[-2] if len(parts) > 1 else ""
     ffn = "mlp" in parts or "feed_forward" in parts
-    if {"vision_tower", "vision_model", "multi_modal_projector"} & set(parts):
+    towers = {"vision_tower", "vision_model", "multi_modal_projector", "audio_tower"}
+    if (towers | {"embed_vision", "embed_audio"}) & set(parts):
         return "vision"
+    if "embed_tokens_per_layer" in parts or "per_layer_model_projection" in parts:
+        return "embeddings"  # Gemma 4's per-layer embedding table and its projection
     if {"embed_tokens", "wte", "word_embeddings", "embed_positions", "project_in"} & set(parts):
         return "embeddings"
     if "lm_head" in parts or "project_out" in parts:
@@ -62,6 +65,10 @@ def _component(name: str) -> str:
         return "shared_experts"
     if owner in ("gate", "router") and ffn:
         return "router"
+    if "router" in parts:  # Gemma 4: router.proj / scale / per_expert_scale on the layer
+        return "router"
+    if owner in ("per_layer_input_gate", "per_layer_projection"):
+        return "mlp"  # Gemma 4's per-layer gate and projection back to the hidden size
     if {"self_attn", "self_attention", "linear_attn"} & set(parts):
         return "attention"
     if ffn or owner in ("fc1", "fc2"):  # OPT's MLP projections sit on the layer itself
@@ -73,6 +80,7 @@ def _hf_config(config: dict[str, Any]) -> Any:
     cfg = copy.deepcopy(config)
     cfg.pop("quantization_config", None)
     cfg.pop("vision_config", None)  # the language model alone; the wrapper is checked below
+    cfg.pop("audio_config", None)
     cfg.pop("mm_tokens_per_image", None)
     if "text_config" in cfg:
         inner = cfg.pop("text_config")
@@ -276,13 +284,54 @@ def _opt(**kw: Any) -> dict[str, Any]:
     return {**base, "ffn_dim": 512, "word_embed_proj_dim": 256, **kw}
 
 
+_GEMMA4 = {
+    "head_dim": 32,
+    "global_head_dim": 64,
+    "sliding_window": 16,
+    "hidden_size_per_layer_input": 0,
+    "vocab_size_per_layer_input": 1000,
+}
+
+
 # Families added for issue 26, each in the variants its config flags select.
 ISSUE26_CASES = {
+    "gemma4_text-k-eq-v-moe-beside-dense": _small(
+        "gemma4_text",
+        **_GEMMA4,
+        num_hidden_layers=7,
+        attention_k_eq_v=True,
+        num_global_key_value_heads=1,
+        enable_moe_block=True,
+        num_experts=8,
+        top_k_experts=2,
+        moe_intermediate_size=48,
+    ),
+    "gemma4_text-kv-shared-per-layer-embeddings-double-wide": _small(
+        "gemma4_text",
+        **{**_GEMMA4, "hidden_size_per_layer_input": 16},
+        num_hidden_layers=10,
+        layer_types=(["sliding_attention"] * 4 + ["full_attention"]) * 2,
+        num_kv_shared_layers=4,
+        use_double_wide_mlp=True,
+        tie_word_embeddings=False,
+    ),
+    "gemma4_text-derived-pattern-last-full": _small("gemma4_text", **_GEMMA4, num_hidden_layers=8),
     "opt-pre-norm-tied": _opt(do_layer_norm_before=True),
     "opt-350m-style-projections-post-norm": _opt(
         word_embed_proj_dim=128, do_layer_norm_before=False
     ),
     "opt-no-bias-untied": _opt(enable_bias=False, tie_word_embeddings=False),
+    "olmo3-derived-sliding": _small("olmo3", num_hidden_layers=8, sliding_window=64),
+    "olmo3-explicit-layer-types-mha": _without_kv(
+        _small("olmo3", sliding_window=32, layer_types=["full_attention", "sliding_attention"] * 3)
+    ),
+    "minimax_m2-small": _small(
+        "minimax_m2",
+        head_dim=48,
+        num_local_experts=8,
+        num_experts_per_tok=2,
+        num_mtp_modules=3,
+    ),
 }
 
 EDGE_CASES = {
@@ -398,6 +447,7 @@ _WRAPPER_CLASSES = {
     "gemma3": "Gemma3ForConditionalGeneration",
     "llama4": "Llama4ForConditionalGeneration",
     "mistral3": "Mistral3ForConditionalGeneration",
+    "gemma4": "Gemma4ForConditionalGeneration",
 }
 
 
@@ -442,6 +492,39 @@ _SMALL_WRAPPERS = {
         "spatial_merge_size": 2,
         "multimodal_projector_bias": True,
         "tie_word_embeddings": False,
+    },
+}
+
+_SMALL_WRAPPERS["gemma4-wrapper-vision-audio"] = {
+    **_small_wrapper(
+        "gemma4",
+        _small(
+            "gemma4_text",
+            **{**_GEMMA4, "hidden_size_per_layer_input": 8},
+            num_hidden_layers=5,
+            num_kv_shared_layers=2,
+            layer_types=["sliding_attention", "full_attention"] * 2 + ["full_attention"],
+        ),
+        {
+            "model_type": "gemma4_vision",
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 16,
+            "position_embedding_size": 64,
+            "use_clipped_linears": True,
+            "standardize": True,
+        },
+    ),
+    "audio_config": {
+        "model_type": "gemma4_audio",
+        "hidden_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "subsampling_conv_channels": [16, 8],
+        "output_proj_dims": 48,
     },
 }
 

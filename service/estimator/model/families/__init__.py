@@ -24,6 +24,7 @@ from service.estimator.model.families import (
     glm,
     gpt_oss,
     llama,
+    minimax,
     mistral,
     olmo,
     opt,
@@ -59,6 +60,7 @@ _MODULES: tuple[ModuleType, ...] = (
     falcon,
     stablelm,
     opt,
+    minimax,
 )
 
 
