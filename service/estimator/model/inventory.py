@@ -267,11 +267,20 @@ def _linear_attention(b: _Builder) -> None:
     assert lin is not None
     layers = b.arch.linear_attention_layers
     path = f"{b.base}.linear_attn"
-    qkvz = 2 * lin.key_dim + 2 * lin.value_dim
-    ba = 2 * lin.num_value_heads
-    b.add("in_proj_qkvz", f"{path}.in_proj_qkvz", "attention", h, qkvz, False, Shard.COLUMN, _AI,
-          layers)  # fmt: skip
-    b.add("in_proj_ba", f"{path}.in_proj_ba", "attention", h, ba, False, Shard.COLUMN, _AI, layers)
+    if b.arch.family.modeling.linear_attention_split:  # Qwen3.5: one projection per output
+        inputs = (
+            ("in_proj_qkv", 2 * lin.key_dim + lin.value_dim),
+            ("in_proj_z", lin.value_dim),
+            ("in_proj_b", lin.num_value_heads),
+            ("in_proj_a", lin.num_value_heads),
+        )
+    else:
+        inputs = (
+            ("in_proj_qkvz", 2 * lin.key_dim + 2 * lin.value_dim),
+            ("in_proj_ba", 2 * lin.num_value_heads),
+        )
+    for name, width in inputs:
+        b.add(name, f"{path}.{name}", "attention", h, width, False, Shard.COLUMN, _AI, layers)
     b.add("out_proj", f"{path}.out_proj", "attention", lin.value_dim, h, False, Shard.ROW, _AO,
           layers)  # fmt: skip
 

@@ -193,3 +193,6 @@ class Modeling:
     # Gemma 4 E2B: use_double_wide_mlp doubles the dense MLP of the KV-shared layers.
     double_wide_shared_mlp: bool = False
     last_layer_full: bool = False  # the last layer is full attention whatever the pattern says
+    # Qwen3.5's Gated DeltaNet projects q/k/v, z, b and a separately (in_proj_qkv, in_proj_z,
+    # in_proj_b, in_proj_a) where Qwen3-Next fuses them (in_proj_qkvz, in_proj_ba).
+    linear_attention_split: bool = False

@@ -203,6 +203,7 @@ class VisionTower(StrEnum):
     LLAMA4 = "llama4"  # Llama 4's unfold-conv ViT + pixel-shuffle adapter + projector
     PIXTRAL = "pixtral"  # Pixtral + Mistral 3's norm, patch merger and two-layer projector
     GEMMA4 = "gemma4"  # Gemma 4's vision encoder + embed_vision (.gemma4_towers)
+    QWEN3_5 = "qwen3_5"  # Qwen3.5's ViT with its patch merger (.qwen3_5_vision)
 
 
 @dataclass(frozen=True)
@@ -243,6 +244,7 @@ class VisionSpec:
     position_table: int = 0  # Gemma 4: rows per axis of the 2-D position table
     clipped: bool = False  # Gemma 4: clip bounds stored for each clippable linear
     standardize: bool = False  # Gemma 4: std_bias / std_scale buffers
+    temporal_patch: int = 1  # Qwen3.5: frames one Conv3d patch spans
 
     @property
     def num_patches(self) -> int:

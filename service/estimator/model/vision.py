@@ -24,6 +24,7 @@ from service.estimator.model.gemma4_towers import (
     gemma4_vision_groups,
     gemma4_vision_modules,
 )
+from service.estimator.model.qwen3_5_vision import qwen3_5_vision_groups, qwen3_5_vision_modules
 from service.estimator.model.shapes import (
     AudioSpec,
     LinearModule,
@@ -49,12 +50,22 @@ _SUPPORTED: Mapping[tuple[str, str], VisionTower] = {
     ("llama4_vision_model", "llama4"): VisionTower.LLAMA4,
     ("pixtral", "mistral"): VisionTower.PIXTRAL,
     ("gemma4_vision", "gemma4"): VisionTower.GEMMA4,
+    ("qwen3_5_vision", "qwen3_5"): VisionTower.QWEN3_5,
+    ("qwen3_5_moe_vision", "qwen3_5_moe"): VisionTower.QWEN3_5,
 }
 # A tower config that names no model_type: the one its family's wrapper builds.
 _DEFAULT_KIND = {
     "gemma3": "siglip_vision_model",
     "llama4": "llama4_vision_model",
     "gemma4": "gemma4_vision",
+    "qwen3_5": "qwen3_5_vision",
+    "qwen3_5_moe": "qwen3_5_moe_vision",
+}
+# Towers that take images of any size (their extras derive the image vLLM profiles).
+_ANY_SIZE = frozenset({VisionTower.GEMMA4, VisionTower.QWEN3_5})
+# Tower keys under the names their config classes give them (transformers' attribute_map).
+_TOWER_KEYS: Mapping[VisionTower, Mapping[str, str]] = {
+    VisionTower.QWEN3_5: {"num_hidden_layers": "depth", "num_attention_heads": "num_heads"},
 }
 
 # The config class defaults of each tower (transformers), for keys a config leaves out.
@@ -96,12 +107,25 @@ _DEFAULTS: Mapping[VisionTower, Mapping[str, int]] = {
         "intermediate_size": 3072,
         "num_hidden_layers": 16,
         "num_attention_heads": 12,
-        "image_size": 16,
         "patch_size": 16,
         "num_channels": 3,
         "head_dim": 64,
         "position_embedding_size": 10240,
         "pooling_kernel_size": 3,
+    },
+    # Qwen3_5VisionConfig (transformers 5); image_size is set from the position table below.
+    VisionTower.QWEN3_5: {
+        "hidden_size": 1152,
+        "intermediate_size": 4304,
+        "num_hidden_layers": 27,
+        "num_attention_heads": 16,
+        "patch_size": 16,
+        "num_channels": 3,
+        "in_channels": 3,
+        "temporal_patch_size": 2,
+        "spatial_merge_size": 2,
+        "num_position_embeddings": 2304,
+        "out_hidden_size": 3584,
     },
 }
 
@@ -123,9 +147,11 @@ def attach_vision(arch: Architecture, outer: Mapping[str, Any], cfg: Any) -> Arc
             "a SigLIP vision tower with vision_use_head is not supported", field="vision_config"
         )
     defaults = _DEFAULTS[kind]
+    renamed = _TOWER_KEYS.get(kind, {})
 
     def get(key: str, high: int) -> int:
-        return check_int(cfg.get(key, defaults[key]), f"vision_config.{key}", 1, high)
+        name = renamed.get(key, key)
+        return check_int(cfg.get(name, defaults[key]), f"vision_config.{name}", 1, high)
 
     hidden = get("hidden_size", Bounds.HIDDEN)
     heads = get("num_attention_heads", Bounds.HEADS)
@@ -134,8 +160,9 @@ def attach_vision(arch: Architecture, outer: Mapping[str, Any], cfg: Any) -> Arc
             "vision_config.hidden_size must be a multiple of num_attention_heads",
             field="vision_config",
         )
-    image = get("image_size", 1 << 16)
     patch = get("patch_size", 1 << 12)
+    # Towers that take images of any size: the profiled image is derived below.
+    image = patch if kind in _ANY_SIZE else get("image_size", 1 << 16)
     if image % patch:
         raise InvalidConfig(
             "vision_config.image_size must be a multiple of patch_size", field="vision_config"
@@ -230,6 +257,33 @@ def _gemma4_extras(
     )  # fmt: skip
 
 
+def _qwen3_5_extras(
+    spec: VisionSpec, outer: Mapping[str, Any], get: Callable[[str, int], int]
+) -> VisionSpec:
+    """Qwen3.5: Conv3d patches over ``temporal_patch_size`` frames of ``in_channels``, a
+    position table of ``num_position_embeddings`` rows (a square grid), merged ``2 × 2``
+    into one token; the dummy image vLLM profiles is taken as that grid."""
+    out = get("out_hidden_size", Bounds.HIDDEN)
+    if out != spec.projector_out:
+        raise InvalidConfig(
+            f"vision_config.out_hidden_size ({out}) must equal the language model's hidden_size "
+            f"({spec.projector_out})",
+            field="vision_config",
+        )
+    rows = get("num_position_embeddings", 1 << 20)
+    merge = get("spatial_merge_size", 64)
+    side = math.isqrt(rows)
+    return dataclasses.replace(
+        spec,
+        num_channels=get("in_channels", 64),
+        temporal_patch=get("temporal_patch_size", 64),
+        merge_size=merge,
+        position_table=rows,
+        image_size=side * spec.patch_size,
+        tokens_per_image=max(1, rows // (merge * merge)),
+    )
+
+
 _EXTRAS: Mapping[
     VisionTower, Callable[[VisionSpec, Mapping[str, Any], Callable[[str, int], int]], VisionSpec]
 ] = {
@@ -237,6 +291,7 @@ _EXTRAS: Mapping[
     VisionTower.LLAMA4: _llama4_extras,
     VisionTower.PIXTRAL: _pixtral_extras,
     VisionTower.GEMMA4: _gemma4_extras,
+    VisionTower.QWEN3_5: _qwen3_5_extras,
 }
 
 
@@ -333,6 +388,7 @@ _MODULES: Mapping[VisionTower, Callable[[VisionSpec], list[LinearModule]]] = {
     VisionTower.LLAMA4: _llama4_modules,
     VisionTower.PIXTRAL: _pixtral_modules,
     VisionTower.GEMMA4: gemma4_vision_modules,
+    VisionTower.QWEN3_5: qwen3_5_vision_modules,
 }
 
 
@@ -412,6 +468,7 @@ _GROUPS: Mapping[VisionTower, Callable[[VisionSpec], tuple[ParameterGroup, ...]]
     VisionTower.LLAMA4: _llama4_groups,
     VisionTower.PIXTRAL: _pixtral_groups,
     VisionTower.GEMMA4: gemma4_vision_groups,
+    VisionTower.QWEN3_5: qwen3_5_vision_groups,
 }
 
 

@@ -44,7 +44,7 @@ def _component(name: str) -> str:
     parts = name.split(".")
     owner = parts[-2] if len(parts) > 1 else ""
     ffn = "mlp" in parts or "feed_forward" in parts
-    towers = {"vision_tower", "vision_model", "multi_modal_projector", "audio_tower"}
+    towers = {"vision_tower", "vision_model", "multi_modal_projector", "audio_tower", "visual"}
     if (towers | {"embed_vision", "embed_audio"}) & set(parts):
         return "vision"
     if "embed_tokens_per_layer" in parts or "per_layer_model_projection" in parts:
@@ -284,6 +284,25 @@ def _opt(**kw: Any) -> dict[str, Any]:
     return {**base, "ffn_dim": 512, "word_embed_proj_dim": 256, **kw}
 
 
+_QWEN3_5 = {
+    "head_dim": 32,
+    "linear_num_key_heads": 2,
+    "linear_num_value_heads": 4,
+    "linear_key_head_dim": 16,
+    "linear_value_head_dim": 24,
+    "linear_conv_kernel_dim": 4,
+}
+_QWEN3_5_VISION = {
+    "depth": 2,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_heads": 4,
+    "patch_size": 14,
+    "temporal_patch_size": 2,
+    "spatial_merge_size": 2,
+    "num_position_embeddings": 64,
+    "out_hidden_size": 256,
+}
 _GEMMA4 = {
     "head_dim": 32,
     "global_head_dim": 64,
@@ -316,6 +335,17 @@ ISSUE26_CASES = {
         tie_word_embeddings=False,
     ),
     "gemma4_text-derived-pattern-last-full": _small("gemma4_text", **_GEMMA4, num_hidden_layers=8),
+    "qwen3_5_text-dense-interval-3-mtp": _small(
+        "qwen3_5_text", **_QWEN3_5, full_attention_interval=3, mtp_num_hidden_layers=1
+    ),
+    "qwen3_5_moe_text-every-layer-experts": _small(
+        "qwen3_5_moe_text",
+        **_QWEN3_5,
+        num_experts=8,
+        num_experts_per_tok=2,
+        moe_intermediate_size=64,
+        shared_expert_intermediate_size=96,
+    ),
     "opt-pre-norm-tied": _opt(do_layer_norm_before=True),
     "opt-350m-style-projections-post-norm": _opt(
         word_embed_proj_dim=128, do_layer_norm_before=False
@@ -448,6 +478,8 @@ _WRAPPER_CLASSES = {
     "llama4": "Llama4ForConditionalGeneration",
     "mistral3": "Mistral3ForConditionalGeneration",
     "gemma4": "Gemma4ForConditionalGeneration",
+    "qwen3_5": "Qwen3_5ForConditionalGeneration",
+    "qwen3_5_moe": "Qwen3_5MoeForConditionalGeneration",
 }
 
 
@@ -527,6 +559,20 @@ _SMALL_WRAPPERS["gemma4-wrapper-vision-audio"] = {
         "output_proj_dims": 48,
     },
 }
+
+_SMALL_WRAPPERS["qwen3_5-wrapper"] = _small_wrapper(
+    "qwen3_5",
+    _small("qwen3_5_text", **_QWEN3_5),
+    {"model_type": "qwen3_5_vision", **_QWEN3_5_VISION},
+)
+_SMALL_WRAPPERS["qwen3_5_moe-wrapper"] = _small_wrapper(
+    "qwen3_5_moe",
+    _small(
+        "qwen3_5_moe_text", **_QWEN3_5, num_experts=4, num_experts_per_tok=2,
+        moe_intermediate_size=32, shared_expert_intermediate_size=64,
+    ),
+    {"model_type": "qwen3_5_moe_vision", **_QWEN3_5_VISION},
+)  # fmt: skip
 
 _WRAPPERS = [
     *(

@@ -4,7 +4,11 @@ Qwen3-Next (``qwen3_next``: Gated DeltaNet linear attention with full attention 
 ``full_attention_interval``-th layer).
 
 transformers: ``models/qwen2``, ``models/qwen2_moe``, ``models/qwen3``, ``models/qwen3_moe``,
-``models/qwen3_next``; the original Qwen is the remote code ``QWenLMHeadModel``.
+``models/qwen3_next``, ``models/qwen3_5``, ``models/qwen3_5_moe``; the original Qwen is the
+remote code ``QWenLMHeadModel``. Qwen3.5 / Qwen3.6 (``qwen3_5_text``, ``qwen3_5_moe_text`` in
+the ``qwen3_5`` / ``qwen3_5_moe`` wrappers) keep Qwen3-Next's layout (gated q, per-head q/k
+norms, Gated DeltaNet on three layers of four) with the DeltaNet's inputs projected one by
+one, and carry ``mtp_num_hidden_layers`` multi-token-prediction layers transformers skips.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from service.estimator.model.modeling_traits import (
     SharedExperts,
 )
 
-__all__ = ["ARCHITECTURES", "FAMILIES"]
+__all__ = ["ARCHITECTURES", "FAMILIES", "WRAPPERS"]
 
 QWEN2 = Family(
     "qwen2",
@@ -180,7 +184,56 @@ QWEN = Family(
     ),
 )
 
-FAMILIES = (QWEN2, QWEN2_MOE, QWEN3, QWEN3_MOE, QWEN3_NEXT, QWEN)
+# Qwen3.5 / 3.6: Qwen3-Next's hybrid layout with the Gated DeltaNet's inputs projected
+# separately; the dense models have no experts, the MoE ones experts on every layer. Both come
+# as a wrapper with a vision tower (qwen3_5 / qwen3_5_moe).
+_QWEN3_5_DEFAULTS = {
+    "tie_word_embeddings": False,
+    "attention_bias": False,
+    "num_key_value_heads": 4,
+    "head_dim": 256,
+    "full_attention_interval": 4,
+    "linear_conv_kernel_dim": 4,
+    "linear_key_head_dim": 128,
+    "linear_value_head_dim": 128,
+    "linear_num_key_heads": 16,
+    "linear_num_value_heads": 32,
+}
+QWEN3_5 = QWEN3_NEXT.derive(
+    "qwen3_5",
+    model_type="qwen3_5_text",
+    moe=None,
+    linear_attention_split=True,
+    mtp_key="mtp_num_hidden_layers",
+    keys=keys(),
+    defaults=frozen(**_QWEN3_5_DEFAULTS),
+)
+QWEN3_5_MOE = QWEN3_5.derive(
+    "qwen3_5_moe",
+    model_type="qwen3_5_moe_text",
+    moe=MoeSchema(
+        width_key="moe_intermediate_size",
+        shared=SharedExperts.GATED_ONE,
+        shared_path="shared_expert",
+    ),
+    # Qwen3_5MoeTextConfig has no dense MLP width: every layer holds experts, so the width
+    # the formulas read as the dense one is an expert's.
+    keys=keys(
+        num_experts=("num_experts",),
+        intermediate_size=("intermediate_size", "moe_intermediate_size"),
+    ),
+    defaults=frozen(
+        **{**_QWEN3_5_DEFAULTS, "num_key_value_heads": 2},
+        num_experts=256,
+        num_experts_per_tok=8,
+        moe_intermediate_size=512,
+        shared_expert_intermediate_size=512,
+    ),
+)
+
+FAMILIES = (QWEN2, QWEN2_MOE, QWEN3, QWEN3_MOE, QWEN3_NEXT, QWEN, QWEN3_5, QWEN3_5_MOE)
+
+WRAPPERS = {"qwen3_5": "qwen3_5_text", "qwen3_5_moe": "qwen3_5_moe_text"}
 
 ARCHITECTURES = {
     "Qwen2ForCausalLM": "qwen2",
@@ -189,4 +242,8 @@ ARCHITECTURES = {
     "Qwen3MoeForCausalLM": "qwen3_moe",
     "Qwen3NextForCausalLM": "qwen3_next",
     "QWenLMHeadModel": "qwen",
+    "Qwen3_5ForCausalLM": "qwen3_5_text",
+    "Qwen3_5ForConditionalGeneration": "qwen3_5",
+    "Qwen3_5MoeForCausalLM": "qwen3_5_moe_text",
+    "Qwen3_5MoeForConditionalGeneration": "qwen3_5_moe",
 }
