@@ -267,6 +267,7 @@ def _linear_attention(b: _Builder) -> None:
     assert lin is not None
     layers = b.arch.linear_attention_layers
     path = f"{b.base}.linear_attn"
+    inputs: tuple[tuple[str, int], ...]
     if b.arch.family.modeling.linear_attention_split:  # Qwen3.5: one projection per output
         inputs = (
             ("in_proj_qkv", 2 * lin.key_dim + lin.value_dim),
