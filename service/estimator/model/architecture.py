@@ -131,6 +131,7 @@ class Architecture:
     per_layer_vocab: int = 0
     wide_mlp_layers: tuple[int, ...] = ()
     audio: AudioSpec | None = None
+    cross_attention_layers: tuple[int, ...] = ()
 
     def __hash__(self) -> int:
         # An Architecture keys the estimator's caches and a request looks several of them up;
@@ -177,6 +178,11 @@ class Architecture:
     def attn_output_gate(self) -> bool:
         """Queries carry a sigmoid output gate of their own width (Qwen3-Next)."""
         return self.family.modeling.attn_output_gate
+
+    @property
+    def embedding_rows(self) -> int:
+        """Rows of the token embedding (vocab_size, and Llama 3.2 Vision's 8 more)."""
+        return self.vocab_size + self.family.modeling.extra_embedding_rows
 
     @property
     def embed_width(self) -> int:
@@ -251,14 +257,15 @@ class Architecture:
     def attention_kinds(self) -> tuple[AttentionKind, ...]:
         """The attention layers grouped by geometry (one kind for most models)."""
         shared = frozenset(self.kv_shared_layers)
+        cross = frozenset(self.cross_attention_layers)
         g = self.global_attention
-        groups: dict[tuple[str, bool], list[int]] = {}
+        groups: dict[tuple[str, bool, bool], list[int]] = {}
         for i in self.attention_layers:
             t = self.layer_types[i]
-            key = (t if g is not None else "", i not in shared)
+            key = (t if g is not None else "", i not in shared, i in cross)
             groups.setdefault(key, []).append(i)
         out = []
-        for (t, own), layers in groups.items():
+        for (t, own, is_cross), layers in groups.items():
             full = g is not None and t == FULL_ATTENTION
             out.append(
                 AttentionKind(
@@ -268,6 +275,7 @@ class Architecture:
                     kv_heads=g.kv_heads if full and g is not None else self.num_kv_heads,
                     own_kv=own,
                     k_eq_v=full and g is not None and g.k_eq_v,
+                    cross=is_cross,
                 )
             )
         return tuple(out)

@@ -236,6 +236,20 @@ def _build(r: ConfigReader, wrapper: str | None) -> Architecture:
         per_layer_input = r.integer("hidden_size_per_layer_input", low=0, high=Bounds.HIDDEN)
         if per_layer_input:
             per_layer_vocab = r.integer("vocab_size_per_layer_input", high=Bounds.VOCAB)
+    cross: tuple[int, ...] = ()
+    if modeling.cross_attention:
+        cross = tuple(sorted(set(r.int_list("cross_attention_layers", layers - 1))))
+        if not cross and r.raw("cross_attention_layers") is None:
+            cross = tuple(r.family.schema.defaults.get("cross_attention_layers", ()))
+            r.assumptions.append(
+                f"cross_attention_layers not in config; used the {r.model_type} default "
+                f"{list(cross)} (transformers)"
+            )
+        if any(i >= layers for i in cross):
+            raise InvalidConfig(
+                f"cross_attention_layers must index the {layers} layers",
+                field="cross_attention_layers",
+            )
     wide: tuple[int, ...] = ()
     if modeling.double_wide_shared_mlp and r.flag("use_double_wide_mlp"):
         wide = kv_shared
@@ -324,6 +338,7 @@ def _build(r: ConfigReader, wrapper: str | None) -> Architecture:
         per_layer_input=per_layer_input,
         per_layer_vocab=per_layer_vocab,
         wide_mlp_layers=wide,
+        cross_attention_layers=cross,
     )
 
 

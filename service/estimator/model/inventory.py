@@ -145,13 +145,14 @@ def _standard_attention(b: _Builder) -> None:
         # A gated attention's q_proj also yields the output gate, one value per query channel.
         q_out = 2 * q if a.attn_output_gate else q
         at = kind.layers
-        b.add("q_proj", f"{b.attn}.q_proj", "attention", h, q_out, bias, Shard.COLUMN, _AI, at)
+        attn = f"{b.base}.cross_attn" if kind.cross else b.attn
+        b.add("q_proj", f"{attn}.q_proj", "attention", h, q_out, bias, Shard.COLUMN, _AI, at)
         if kind.own_kv:
-            b.add("k_proj", f"{b.attn}.k_proj", "attention", h, kv, bias, Shard.KV_HEADS, _AI, at)
+            b.add("k_proj", f"{attn}.k_proj", "attention", h, kv, bias, Shard.KV_HEADS, _AI, at)
             if not kind.k_eq_v:
-                b.add("v_proj", f"{b.attn}.v_proj", "attention", h, kv, bias, Shard.KV_HEADS,
+                b.add("v_proj", f"{attn}.v_proj", "attention", h, kv, bias, Shard.KV_HEADS,
                       _AI, at)  # fmt: skip
-        b.add(o, f"{b.attn}.{o}", "attention", q, h, a.attention_out_bias, Shard.ROW, _AO, at)
+        b.add(o, f"{attn}.{o}", "attention", q, h, a.attention_out_bias, Shard.ROW, _AO, at)
 
 
 def _fused_qkv_attention(b: _Builder) -> None:
@@ -428,8 +429,8 @@ def parameter_groups(arch: Architecture) -> tuple[ParameterGroup, ...]:
             "embed_tokens",
             f"{names.prefix}.{names.embed}.weight",
             "embeddings",
-            arch.vocab_size * arch.embed_width,
-            vocab_rows=arch.vocab_size,
+            arch.embedding_rows * arch.embed_width,
+            vocab_rows=arch.embedding_rows,
         )
     ]
     if arch.position_embeddings:
@@ -448,7 +449,11 @@ def parameter_groups(arch: Architecture) -> tuple[ParameterGroup, ...]:
     if arch.qk_norm is not None and qk is not None:
         per_head = arch.qk_norm == "per_head"
         q_name, k_name = qk.names
+        cross_only = arch.family.modeling.cross_attention
         for kind in arch.attention_kinds:
+            if cross_only and not kind.cross:
+                continue  # Llama 3.2 Vision: only the cross-attention layers norm q and k
+            attn = f"{base}.cross_attn" if kind.cross else f"{base}.{names.attn}"
             widths = (2 if qk.bias else 1) * (kind.head_dim if per_head else 1)
             q_numel = widths if per_head else widths * arch.num_attention_heads * kind.head_dim
             k_numel = widths if per_head else widths * kind.kv_heads * kind.head_dim
@@ -456,6 +461,12 @@ def parameter_groups(arch: Architecture) -> tuple[ParameterGroup, ...]:
             out.append(ParameterGroup(q_name, f"{attn}.{q_name}", "norms", q_numel, at))
             if kind.own_kv:  # a layer reading another's cache has no k_norm (Gemma 4)
                 out.append(ParameterGroup(k_name, f"{attn}.{k_name}", "norms", k_numel, at))
+    if arch.cross_attention_layers:
+        out.append(
+            ParameterGroup(
+                "cross_attn_gates", base, "attention", 1, arch.cross_attention_layers, per_layer=2
+            )
+        )
     if arch.per_layer_input:
         p = arch.per_layer_input
         out.append(

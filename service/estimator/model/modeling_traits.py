@@ -196,3 +196,9 @@ class Modeling:
     # Qwen3.5's Gated DeltaNet projects q/k/v, z, b and a separately (in_proj_qkv, in_proj_z,
     # in_proj_b, in_proj_a) where Qwen3-Next fuses them (in_proj_qkvz, in_proj_ba).
     linear_attention_split: bool = False
+    # Llama 3.2 Vision: the layers cross_attention_layers lists attend to the image through a
+    # cross_attn module (q/k/v/o, per-head q/k norms, two scalar gates) instead of self_attn;
+    # only they carry q/k norms.
+    cross_attention: bool = False
+    # Rows the token embedding holds beyond vocab_size (Llama 3.2 Vision: 8 image tokens).
+    extra_embedding_rows: int = 0

@@ -132,6 +132,7 @@ class AttentionKind:
     kv_heads: int
     own_kv: bool = True
     k_eq_v: bool = False
+    cross: bool = False  # Llama 3.2 Vision's cross-attention layers (module cross_attn)
 
 
 @dataclass(frozen=True)
@@ -204,6 +205,7 @@ class VisionTower(StrEnum):
     PIXTRAL = "pixtral"  # Pixtral + Mistral 3's norm, patch merger and two-layer projector
     GEMMA4 = "gemma4"  # Gemma 4's vision encoder + embed_vision (.gemma4_towers)
     QWEN3_5 = "qwen3_5"  # Qwen3.5's ViT with its patch merger (.qwen3_5_vision)
+    MLLAMA = "mllama"  # Llama 3.2 Vision's tiled ViT, local and global encoders (.mllama_vision)
 
 
 @dataclass(frozen=True)
@@ -245,6 +247,9 @@ class VisionSpec:
     clipped: bool = False  # Gemma 4: clip bounds stored for each clippable linear
     standardize: bool = False  # Gemma 4: std_bias / std_scale buffers
     temporal_patch: int = 1  # Qwen3.5: frames one Conv3d patch spans
+    global_layers: int = 0  # Llama 3.2 Vision: the gated global encoder's layers
+    aspect_ratios: int = 0  # Llama 3.2 Vision: supported aspect ratios (max_aspect_ratio_id)
+    max_tiles: int = 0  # Llama 3.2 Vision: max_num_tiles
 
     @property
     def num_patches(self) -> int:

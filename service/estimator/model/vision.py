@@ -24,6 +24,7 @@ from service.estimator.model.gemma4_towers import (
     gemma4_vision_groups,
     gemma4_vision_modules,
 )
+from service.estimator.model.mllama_vision import mllama_vision_groups, mllama_vision_modules
 from service.estimator.model.qwen3_5_vision import qwen3_5_vision_groups, qwen3_5_vision_modules
 from service.estimator.model.shapes import (
     AudioSpec,
@@ -52,6 +53,7 @@ _SUPPORTED: Mapping[tuple[str, str], VisionTower] = {
     ("gemma4_vision", "gemma4"): VisionTower.GEMMA4,
     ("qwen3_5_vision", "qwen3_5"): VisionTower.QWEN3_5,
     ("qwen3_5_moe_vision", "qwen3_5_moe"): VisionTower.QWEN3_5,
+    ("mllama_vision_model", "mllama"): VisionTower.MLLAMA,
 }
 # A tower config that names no model_type: the one its family's wrapper builds.
 _DEFAULT_KIND = {
@@ -60,12 +62,14 @@ _DEFAULT_KIND = {
     "gemma4": "gemma4_vision",
     "qwen3_5": "qwen3_5_vision",
     "qwen3_5_moe": "qwen3_5_moe_vision",
+    "mllama": "mllama_vision_model",
 }
 # Towers that take images of any size (their extras derive the image vLLM profiles).
 _ANY_SIZE = frozenset({VisionTower.GEMMA4, VisionTower.QWEN3_5})
 # Tower keys under the names their config classes give them (transformers' attribute_map).
 _TOWER_KEYS: Mapping[VisionTower, Mapping[str, str]] = {
     VisionTower.QWEN3_5: {"num_hidden_layers": "depth", "num_attention_heads": "num_heads"},
+    VisionTower.MLLAMA: {"num_attention_heads": "attention_heads"},
 }
 
 # The config class defaults of each tower (transformers), for keys a config leaves out.
@@ -112,6 +116,19 @@ _DEFAULTS: Mapping[VisionTower, Mapping[str, int]] = {
         "head_dim": 64,
         "position_embedding_size": 10240,
         "pooling_kernel_size": 3,
+    },
+    # MllamaVisionConfig (transformers 5).
+    VisionTower.MLLAMA: {
+        "hidden_size": 1280,
+        "intermediate_size": 5120,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 16,
+        "image_size": 448,
+        "patch_size": 14,
+        "num_channels": 3,
+        "num_global_layers": 8,
+        "vision_output_dim": 7680,
+        "max_num_tiles": 4,
     },
     # Qwen3_5VisionConfig (transformers 5); image_size is set from the position table below.
     VisionTower.QWEN3_5: {
@@ -284,6 +301,31 @@ def _qwen3_5_extras(
     )
 
 
+def _mllama_extras(
+    spec: VisionSpec, outer: Mapping[str, Any], get: Callable[[str, int], int]
+) -> VisionSpec:
+    """Llama 3.2 Vision: the global encoder, the projector's input (the final output and the
+    intermediate layers concatenated, ``vision_output_dim``), the tiles and the aspect-ratio
+    tables (one row per supported ratio and a padding row); an image is up to
+    ``max_num_tiles`` tiles of every patch and a class token."""
+    cfg = outer.get("vision_config") or {}
+    ratios = cfg.get("supported_aspect_ratios")
+    n_ratios = 8 if ratios is None else len(ratios) if isinstance(ratios, list) else -1
+    if not 1 <= n_ratios <= 1024:
+        raise InvalidConfig(
+            "vision_config.supported_aspect_ratios must be a list of ratios", field="vision_config"
+        )
+    tiles = get("max_num_tiles", 64)
+    return dataclasses.replace(
+        spec,
+        global_layers=get("num_global_layers", Bounds.LAYERS),
+        output_dim=get("vision_output_dim", Bounds.INTERMEDIATE),
+        max_tiles=tiles,
+        aspect_ratios=n_ratios,
+        tokens_per_image=tiles * (spec.num_patches + 1),
+    )
+
+
 _EXTRAS: Mapping[
     VisionTower, Callable[[VisionSpec, Mapping[str, Any], Callable[[str, int], int]], VisionSpec]
 ] = {
@@ -292,6 +334,7 @@ _EXTRAS: Mapping[
     VisionTower.PIXTRAL: _pixtral_extras,
     VisionTower.GEMMA4: _gemma4_extras,
     VisionTower.QWEN3_5: _qwen3_5_extras,
+    VisionTower.MLLAMA: _mllama_extras,
 }
 
 
@@ -389,6 +432,7 @@ _MODULES: Mapping[VisionTower, Callable[[VisionSpec], list[LinearModule]]] = {
     VisionTower.PIXTRAL: _pixtral_modules,
     VisionTower.GEMMA4: gemma4_vision_modules,
     VisionTower.QWEN3_5: qwen3_5_vision_modules,
+    VisionTower.MLLAMA: mllama_vision_modules,
 }
 
 
@@ -469,6 +513,7 @@ _GROUPS: Mapping[VisionTower, Callable[[VisionSpec], tuple[ParameterGroup, ...]]
     VisionTower.PIXTRAL: _pixtral_groups,
     VisionTower.GEMMA4: gemma4_vision_groups,
     VisionTower.QWEN3_5: qwen3_5_vision_groups,
+    VisionTower.MLLAMA: mllama_vision_groups,
 }
 
 

@@ -69,8 +69,10 @@ def _component(name: str) -> str:
         return "router"
     if owner in ("per_layer_input_gate", "per_layer_projection"):
         return "mlp"  # Gemma 4's per-layer gate and projection back to the hidden size
-    if {"self_attn", "self_attention", "linear_attn"} & set(parts):
+    if {"self_attn", "self_attention", "linear_attn", "cross_attn"} & set(parts):
         return "attention"
+    if {"cross_attn_attn_gate", "cross_attn_mlp_gate"} & set(parts):
+        return "attention"  # Llama 3.2 Vision's scalar gates on its cross-attention layers
     if ffn or owner in ("fc1", "fc2"):  # OPT's MLP projections sit on the layer itself
         return "mlp"
     raise AssertionError(f"unmapped parameter {name}")
@@ -95,9 +97,17 @@ def _hf_config(config: dict[str, Any]) -> Any:
     return transformers.AutoConfig.for_model(model_type, **cfg)
 
 
+# Language models the auto class does not map (built by their own causal-LM class).
+_CAUSAL_LM = {"mllama_text_model": "MllamaForCausalLM"}
+
+
 def _build(config: dict[str, Any]) -> nn.Module:
+    hf_config = _hf_config(config)
     with torch.device("meta"):
-        return transformers.AutoModelForCausalLM.from_config(_hf_config(config))
+        cls = _CAUSAL_LM.get(hf_config.model_type)
+        if cls is not None:
+            return getattr(transformers, cls)(hf_config)
+        return transformers.AutoModelForCausalLM.from_config(hf_config)
 
 
 def _check(config: dict[str, Any]) -> None:
@@ -335,6 +345,12 @@ ISSUE26_CASES = {
         tie_word_embeddings=False,
     ),
     "gemma4_text-derived-pattern-last-full": _small("gemma4_text", **_GEMMA4, num_hidden_layers=8),
+    "mllama_text_model-cross-layers": {
+        **_small("mllama_text_model", cross_attention_layers=[1, 4]),
+        "bos_token_id": 1,  # MllamaTextConfig's token ids are ints, never null
+        "pad_token_id": 2,
+        "eos_token_id": 3,
+    },
     "qwen3_5_text-dense-interval-3-mtp": _small(
         "qwen3_5_text", **_QWEN3_5, full_attention_interval=3, mtp_num_hidden_layers=1
     ),
@@ -480,6 +496,7 @@ _WRAPPER_CLASSES = {
     "gemma4": "Gemma4ForConditionalGeneration",
     "qwen3_5": "Qwen3_5ForConditionalGeneration",
     "qwen3_5_moe": "Qwen3_5MoeForConditionalGeneration",
+    "mllama": "MllamaForConditionalGeneration",
 }
 
 

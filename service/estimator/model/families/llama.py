@@ -1,7 +1,10 @@
 """Meta's Llama (``llama``, Llama 2 / 3 / 3.1 / 3.2 / 3.3), IBM's Granite (``granite``, built as
-Llama) and Llama 4 (``llama4_text`` in the ``llama4`` wrapper).
+Llama), Llama 3.2 Vision (``mllama_text_model`` in the ``mllama`` wrapper) and Llama 4
+(``llama4_text`` in the ``llama4`` wrapper).
 
-transformers: ``models/llama``, ``models/granite``, ``models/llama4``.
+transformers: ``models/llama``, ``models/granite``, ``models/mllama``
+(``MllamaCrossAttentionDecoderLayer``, ``MllamaTextModel``'s ``vocab_size + 8`` embedding),
+``models/llama4``.
 """
 
 from __future__ import annotations
@@ -12,11 +15,13 @@ from service.estimator.model.families.base import frozen, keys
 from service.estimator.model.family_traits import Family
 from service.estimator.model.llamacpp_names import LlamaCppNames, LlamaCppType
 from service.estimator.model.modeling_traits import (
+    OFF,
     Flag,
     LayerLayout,
     Modeling,
     MoePlacement,
     MoeSchema,
+    QkNorm,
     SharedExperts,
 )
 
@@ -69,13 +74,34 @@ LLAMA4 = Family(
     targets=AdapterTargets(names=ModuleNames(mlp="feed_forward")),
 )
 
-FAMILIES = (LLAMA, GRANITE, LLAMA4)
+# Llama 3.2 Vision (mllama_text_model in the mllama wrapper): Llama layers, with the layers
+# cross_attention_layers lists attending to the image (cross_attn, per-head q/k norms, two
+# scalar gates), and an embedding of vocab_size + 8 rows.
+MLLAMA = LLAMA.derive(
+    "mllama",
+    model_type="mllama_text_model",
+    qk_norm=QkNorm(),
+    cross_attention=True,
+    extra_embedding_rows=8,
+    mlp_bias=OFF,
+    type=LlamaCppType.OTHER,
+    defaults=frozen(
+        tie_word_embeddings=False,
+        attention_bias=False,
+        num_key_value_heads=8,
+        cross_attention_layers=(3, 8, 13, 18, 23, 28, 33, 38),
+    ),
+)
 
-WRAPPERS = {"llama4": "llama4_text"}
+FAMILIES = (LLAMA, GRANITE, LLAMA4, MLLAMA)
+
+WRAPPERS = {"llama4": "llama4_text", "mllama": "mllama_text_model"}
 
 ARCHITECTURES = {
     "LlamaForCausalLM": "llama",
     "GraniteForCausalLM": "granite",
     "Llama4ForCausalLM": "llama4_text",
     "Llama4ForConditionalGeneration": "llama4",
+    "MllamaForCausalLM": "mllama_text_model",
+    "MllamaForConditionalGeneration": "mllama",
 }
