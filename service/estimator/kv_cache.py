@@ -28,6 +28,10 @@ How many tokens a layer holds:
   ``head_dim``-wide ones; the last ``num_kv_shared_layers`` layers read an earlier layer's
   cache and hold none (transformers' ``kv_sharing_modes``, vLLM's
   ``kv_sharing_target_layer_name``).
+- DeepSeek sparse attention (DeepSeek-V3.2, GLM-5): every layer that runs the lightning indexer
+  also caches one ``index_head_dim`` key per token, in fp8 with a float32 scale per 128 values
+  (vLLM's ``DeepseekV32IndexerCache``: 128 + 4 = 132 bytes), beside the latent; priced so for
+  every engine (transformers keeps it in the model dtype, 256 bytes: not modelled).
 - how a paged engine lays its pool out (vLLM's KV-cache groups and blocks) is the engine's own
   (``service/estimator/engines/vllm_kv.py``).
 """
@@ -42,7 +46,13 @@ from service.estimator.model.shapes import CHUNKED_ATTENTION, LINEAR_ATTENTION, 
 from service.estimator.parallel import pp_layer_partition
 from service.estimator.units import bytes_per_element
 
-__all__ = ["KvLayout", "kv_heads_per_gpu", "per_layer_token_bytes", "stage_kv_layouts"]
+__all__ = [
+    "KvLayout",
+    "indexer_key_bytes",
+    "kv_heads_per_gpu",
+    "per_layer_token_bytes",
+    "stage_kv_layouts",
+]
 
 
 def kv_heads_per_gpu(arch: Architecture, tp: int) -> int:
@@ -75,6 +85,18 @@ def per_layer_token_bytes(
     return int(heads * (arch.head_dim + arch.v_head_dim) * dtype_bytes)
 
 
+# vLLM's indexer stores its keys in fp8 with one float32 scale per 128 values
+# (vllm/model_executor/models/deepseek_v2.py: Indexer, quant_block_size 128;
+# DeepseekV32IndexerCache's head_size head_dim + head_dim // 128 * 4, dtype uint8).
+_INDEXER_QUANT_BLOCK = 128
+_INDEXER_SCALE_BYTES = 4
+
+
+def indexer_key_bytes(head_dim: int) -> int:
+    """Bytes one token's indexer key takes in one layer (fp8 values and their scales)."""
+    return head_dim + head_dim // _INDEXER_QUANT_BLOCK * _INDEXER_SCALE_BYTES
+
+
 @dataclass(frozen=True, slots=True)
 class KvLayout:
     """The layers of the most loaded pipeline stage and what one token costs in each."""
@@ -93,6 +115,15 @@ class KvLayout:
     # One sliding layer's bytes per token when they differ from a full layer's (Gemma 4: 256-
     # vs 512-wide heads); None: the same.
     sliding_layer_token_bytes: int | None = None
+    # DeepSeek sparse attention: layers on the stage whose indexer caches one key per token, and
+    # that key's bytes.
+    indexer_layers: int = 0
+    indexer_token_bytes: int = 0
+
+    @property
+    def indexer_bytes(self) -> int:
+        """What one token costs in the stage's indexer caches."""
+        return self.indexer_layers * self.indexer_token_bytes
 
     @property
     def layers(self) -> int:
@@ -126,7 +157,7 @@ class KvLayout:
     def full_token_bytes(self) -> int:
         """Bytes one token costs on every layer of the stage (no window saving)."""
         full = self.layer_token_bytes * (self.full_layers + self.chunked_layers)
-        return full + self.sliding_token_bytes * self.sliding_layers
+        return full + self.sliding_token_bytes * self.sliding_layers + self.indexer_bytes
 
     def prefill_bytes(self, prompt_tokens: int) -> int:
         """One sequence's DynamicCache right after the prefill: every layer holds the prompt."""
@@ -144,7 +175,7 @@ class KvLayout:
         if self.chunked_layers:
             chunked = self.chunked_layers * min(total_tokens, self.chunk or total_tokens)
         kv = (self.full_layers * total_tokens + chunked) * self.layer_token_bytes + sliding
-        return kv + self.sequence_state_bytes
+        return kv + total_tokens * self.indexer_bytes + self.sequence_state_bytes
 
 
 @lru_cache(maxsize=1024)
@@ -159,20 +190,26 @@ def stage_kv_layouts(
         arch, dtype_bytes, tp, latent_mla=latent_mla, layer_type=SLIDING_ATTENTION
     )
     shared = frozenset(arch.kv_shared_layers)
+    indexer_layers = arch.indexer.layers if arch.indexer is not None else ()
+    index_bytes = indexer_key_bytes(arch.indexer.head_dim) if arch.indexer is not None else 0
     out = []
     start = 0
     for n in pp_layer_partition(arch.num_layers, pp):
         # A layer that reads another layer's keys and values holds no cache of its own.
         types = [t for i, t in enumerate(arch.layer_types[start : start + n], start)
                  if i not in shared]  # fmt: skip
+        stage_start = start
         start += n
         sliding = sum(1 for t in types if t == SLIDING_ATTENTION)
         chunked = sum(1 for t in types if t == CHUNKED_ATTENTION)
         linear = sum(1 for t in types if t == LINEAR_ATTENTION)
+        indexed = sum(1 for i in indexer_layers if stage_start <= i < start)
         out.append(
             KvLayout(
                 layer_token_bytes=ltb,
                 sliding_layer_token_bytes=sliding_ltb if sliding_ltb != ltb else None,
+                indexer_layers=indexed,
+                indexer_token_bytes=index_bytes if indexed else 0,
                 full_layers=len(types) - sliding - chunked - linear,
                 sliding_layers=sliding,
                 window=arch.sliding_window if sliding else None,

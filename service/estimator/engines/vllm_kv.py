@@ -17,7 +17,10 @@ in every state group whatever its length.
 
 Layers whose pages differ (Gemma 4's 512-wide full-attention heads beside 256-wide sliding
 ones) are unified by growing the smaller page's block size (``unify_kv_cache_spec_page_size``);
-layers that read another layer's cache (``kv_sharing_target_layer_name``) hold no page. From
+layers that read another layer's cache (``kv_sharing_target_layer_name``) hold no page. DeepSeek
+sparse attention's indexer keys (132 bytes a token per layer) and the latent are both
+full-attention specs of unequal pages: vLLM keeps them in one group of per-layer specs
+(``UniformTypeKVCacheSpecs``), a block of every layer's pages. From
 0.21 the logged token count is ``max_concurrency × max_model_len`` (``get_kv_cache_capacity``)
 instead of the pool's blocks per group × the smallest block size: a hybrid model's sliding
 groups need only their window per request, so the figure is the context the pool holds at
@@ -125,6 +128,10 @@ def _groups(layout: KvLayout, block_size: int) -> VllmKvGroups:
     full, sliding = layout.full_layers + layout.chunked_layers, layout.sliding_layers
     if layout.linear_layers:
         return _state_groups(layout, full, block_size)
+    if layout.indexer_layers and not sliding:
+        # The latent and the indexer keys are full-attention specs of two page sizes: one
+        # group of per-layer specs (UniformTypeKVCacheSpecs), a block of every layer's pages.
+        return VllmKvGroups(1, 1, 0, block_size * layout.full_token_bytes, block_size, None)
     page = block_size * layout.layer_token_bytes
     if full and sliding:
         full_block, sliding_block, page = _unified_blocks(layout, block_size)

@@ -29,6 +29,7 @@ from service.estimator.model.shapes import (
     AttentionKind,
     AudioSpec,
     GlobalAttentionSpec,
+    IndexerSpec,
     LinearAttentionSpec,
     LinearModule,
     MlaSpec,
@@ -132,6 +133,7 @@ class Architecture:
     wide_mlp_layers: tuple[int, ...] = ()
     audio: AudioSpec | None = None
     cross_attention_layers: tuple[int, ...] = ()
+    indexer: IndexerSpec | None = None
 
     def __hash__(self) -> int:
         # An Architecture keys the estimator's caches and a request looks several of them up;

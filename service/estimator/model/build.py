@@ -34,6 +34,7 @@ from service.estimator.model.modeling_traits import (
     Mlp,
     Modeling,
     MoePlacement,
+    MoeSchema,
     NormRule,
     SharedExperts,
 )
@@ -51,6 +52,7 @@ from service.estimator.model.shapes import (
     LINEAR_ATTENTION,
     SLIDING_ATTENTION,
     GlobalAttentionSpec,
+    IndexerSpec,
     LinearAttentionSpec,
     MlaSpec,
     MoeSpec,
@@ -250,6 +252,12 @@ def _build(r: ConfigReader, wrapper: str | None) -> Architecture:
                 f"cross_attention_layers must index the {layers} layers",
                 field="cross_attention_layers",
             )
+    indexer = _indexer(r, layers) if modeling.indexer else None
+    if indexer is not None and (mla is None or mla.q_lora_rank is None):
+        raise InvalidConfig(
+            "the sparse-attention indexer projects the query latent: q_lora_rank is required",
+            field="q_lora_rank",
+        )
     wide: tuple[int, ...] = ()
     if modeling.double_wide_shared_mlp and r.flag("use_double_wide_mlp"):
         wide = kv_shared
@@ -339,6 +347,7 @@ def _build(r: ConfigReader, wrapper: str | None) -> Architecture:
         per_layer_vocab=per_layer_vocab,
         wide_mlp_layers=wide,
         cross_attention_layers=cross,
+        indexer=indexer,
     )
 
 
@@ -401,6 +410,35 @@ def _kv_shared_layers(r: ConfigReader, layer_types: tuple[str, ...]) -> tuple[in
             field="num_kv_shared_layers",
         )
     return tuple(range(first, layers))
+
+
+def _indexer(r: ConfigReader, layers: int) -> IndexerSpec:
+    """The lightning indexer: its heads and key width, and the layers that run it:
+    ``indexer_types`` (``"full"`` runs it, ``"shared"`` reuses the previous full layer's
+    selection), else the ``index_topk_pattern`` string (``F``/``S``), else every
+    ``index_topk_freq``-th layer from ``index_skip_topk_offset`` (every layer by default;
+    transformers' ``GlmMoeDsaConfig``; DeepSeek-V3.2 runs it on every layer)."""
+    kinds = r.raw("indexer_types")
+    pattern = r.raw("index_topk_pattern")
+    if kinds is None and isinstance(pattern, str):
+        kinds = [{"F": "full", "S": "shared"}.get(c, c) for c in pattern]
+    if kinds is None:
+        freq = max(r.integer("index_topk_freq", default=1, high=Bounds.LAYERS), 1)
+        offset = r.integer("index_skip_topk_offset", default=2, low=0, high=Bounds.LAYERS)
+        full = tuple(i for i in range(layers) if max(i - offset + 1, 0) % freq == 0)
+    else:
+        if not isinstance(kinds, Sequence) or isinstance(kinds, str) or len(kinds) != layers:
+            raise InvalidConfig(
+                f"indexer_types must list 'full' or 'shared' for each of the {layers} layers",
+                field="indexer_types",
+            )
+        full = tuple(i for i, k in enumerate(kinds) if k == "full")
+    return IndexerSpec(
+        n_heads=r.integer("index_n_heads", high=Bounds.HEADS),
+        head_dim=r.integer("index_head_dim", high=Bounds.HEAD_DIM),
+        topk=r.integer("index_topk", high=Bounds.POSITIONS),
+        layers=full,
+    )
 
 
 def _standard_kv_heads(r: ConfigReader, heads: int) -> int:
@@ -528,8 +566,9 @@ def _optional_positions(r: ConfigReader, key: str) -> int | None:
     return value if 0 < value <= Bounds.POSITIONS else None
 
 
-def _moe_layers(r: ConfigReader, placement: MoePlacement, layers: int) -> tuple[int, ...]:
+def _moe_layers(r: ConfigReader, schema: MoeSchema, layers: int) -> tuple[int, ...]:
     """Which decoder layers hold routed experts, by the family's rule."""
+    placement = schema.placement
     if placement is MoePlacement.FIRST_K_DENSE:
         first = r.integer("first_k_dense_replace", low=0, high=Bounds.LAYERS)
         # Families whose config class has no moe_layer_freq (GLM-4.5) are every layer on.
@@ -544,6 +583,28 @@ def _moe_layers(r: ConfigReader, placement: MoePlacement, layers: int) -> tuple[
                 "first_k_dense_replace on an MoE layer"
             )
         return tuple(range(first, layers))
+    if placement is MoePlacement.MLP_LAYER_TYPES:
+        kinds = r.raw("mlp_layer_types")
+        if kinds is None:
+            if schema.dense_prefix_in_config:
+                first = r.integer("first_k_dense_replace", low=0, high=Bounds.LAYERS)
+            else:
+                first = int(r.family.schema.defaults["first_k_dense_replace"])
+                r.assumptions.append(
+                    f"mlp_layer_types not in config; the first {first} layer(s) dense, the "
+                    f"rest experts (the {r.model_type} default, transformers)"
+                )
+            return tuple(range(min(first, layers), layers))
+        if not isinstance(kinds, Sequence) or isinstance(kinds, str) or len(kinds) != layers:
+            raise InvalidConfig(
+                f"mlp_layer_types must list 'dense' or 'sparse' for each of the {layers} layers",
+                field="mlp_layer_types",
+            )
+        if any(k not in ("dense", "sparse") for k in kinds):
+            raise InvalidConfig(
+                "mlp_layer_types entries must be 'dense' or 'sparse'", field="mlp_layer_types"
+            )
+        return tuple(i for i, k in enumerate(kinds) if k == "sparse")
     if placement is MoePlacement.INTERLEAVE:
         if r.raw("moe_layers") is not None:
             return tuple(sorted(set(r.int_list("moe_layers", layers - 1))))
@@ -584,7 +645,7 @@ def _moe(r: ConfigReader, modeling: Modeling, layers: int) -> MoeSpec | None:
         num_experts=experts,
         experts_per_token=top_k,
         expert_intermediate_size=width,
-        layers=_moe_layers(r, schema.placement, layers),
+        layers=_moe_layers(r, schema, layers),
         num_shared_experts=n_shared,
         shared_expert_intermediate_size=shared_width,
         shared_expert_gate=schema.shared is SharedExperts.GATED_ONE,

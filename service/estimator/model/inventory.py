@@ -259,6 +259,16 @@ def _mla_attention(b: _Builder) -> None:
         Shard.ROW,
         Reads.ATTN_OUTPUT,
     )
+    idx = a.indexer
+    if idx is not None and mla.q_lora_rank is not None:
+        # DeepSeek sparse attention's indexer (vLLM: wq_b column-parallel, wk and weights_proj
+        # fused and replicated).
+        at, rep, path = idx.layers, Shard.REPLICATED, f"{b.attn}.indexer"
+        b.add("wq_b", f"{path}.wq_b", "attention", mla.q_lora_rank, idx.n_heads * idx.head_dim,
+              False, Shard.COLUMN, Reads.Q_LATENT, at)  # fmt: skip
+        b.add("wk", f"{path}.wk", "attention", h, idx.head_dim, False, rep, _AI, at)
+        b.add("weights_proj", f"{path}.weights_proj", "attention", h, idx.n_heads, False, rep,
+              _AI, at)  # fmt: skip
 
 
 def _linear_attention(b: _Builder) -> None:
@@ -523,6 +533,13 @@ def parameter_groups(arch: Architecture) -> tuple[ParameterGroup, ...]:
                 all_layers,
             )
         )
+    if arch.indexer is not None and arch.mla is not None and arch.mla.q_lora_rank is not None:
+        out.append(
+            ParameterGroup(
+                "indexer.k_norm", f"{attn}.indexer.k_norm", "norms", 2 * arch.indexer.head_dim,
+                arch.indexer.layers,
+            )
+        )  # fmt: skip
     if arch.attention_sinks:
         out.append(
             ParameterGroup(

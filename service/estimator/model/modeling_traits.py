@@ -91,6 +91,9 @@ class MoePlacement(StrEnum):
     FIRST_K_DENSE = "first_k_dense"  # from first_k_dense_replace on (DeepSeek)
     # moe_layers if given, else every interleave_moe_layer_step-th layer (Llama 4)
     INTERLEAVE = "interleave"
+    # mlp_layer_types' "sparse" layers if given, else from first_k_dense_replace on (GLM-5,
+    # GLM-4.7-Flash)
+    MLP_LAYER_TYPES = "mlp_layer_types"
 
 
 class SharedExperts(StrEnum):
@@ -132,6 +135,9 @@ class MoeSchema:
     # (router.per_expert_scale).
     router_scales: bool = False
     beside_dense: bool = False  # the dense MLP stays on every layer, beside the experts
+    # MLP_LAYER_TYPES without a list: the config names its dense prefix (first_k_dense_replace),
+    # or its config class has no such key and the family's default stands (GLM-4.7-Flash: 1).
+    dense_prefix_in_config: bool = True
 
 
 @dataclass(frozen=True)
@@ -202,3 +208,6 @@ class Modeling:
     cross_attention: bool = False
     # Rows the token embedding holds beyond vocab_size (Llama 3.2 Vision: 8 image tokens).
     extra_embedding_rows: int = 0
+    # DeepSeek sparse attention: a lightning indexer beside the latent attention
+    # (DeepSeek-V3.2, GLM-5), on the layers indexer_types marks "full".
+    indexer: bool = False

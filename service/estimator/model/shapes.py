@@ -23,6 +23,7 @@ __all__ = [
     "AttentionKind",
     "AudioSpec",
     "GlobalAttentionSpec",
+    "IndexerSpec",
     "LinearAttentionSpec",
     "LinearModule",
     "MlaSpec",
@@ -133,6 +134,19 @@ class AttentionKind:
     own_kv: bool = True
     k_eq_v: bool = False
     cross: bool = False  # Llama 3.2 Vision's cross-attention layers (module cross_attn)
+
+
+@dataclass(frozen=True)
+class IndexerSpec:
+    """DeepSeek sparse attention's lightning indexer (DeepSeek-V3.2, GLM-5): per layer that runs
+    it, a query projection from the q latent (``wq_b``, ``n_heads × head_dim``), one key head
+    (``wk`` and a LayerNorm), per-head weights (``weights_proj``), and a cache of one
+    ``head_dim`` key per token; attention then reads the ``topk`` best tokens."""
+
+    n_heads: int
+    head_dim: int
+    topk: int
+    layers: tuple[int, ...]
 
 
 @dataclass(frozen=True)

@@ -136,6 +136,8 @@ def _check(config: dict[str, Any]) -> None:
     # Attention layout, where transformers' config derives one.
     hf_types = getattr(model.config, "layer_types", None)
     if hf_types is not None:
+        # DeepSeek sparse attention's layers are full attention with an indexer beside it.
+        hf_types = ["full_attention" if t == "indexed_attention" else t for t in hf_types]
         assert list(arch.layer_types) == list(hf_types)
 
 
@@ -345,6 +347,27 @@ ISSUE26_CASES = {
         tie_word_embeddings=False,
     ),
     "gemma4_text-derived-pattern-last-full": _small("gemma4_text", **_GEMMA4, num_hidden_layers=8),
+    "deepseek_v32-indexer-every-layer": _small(
+        "deepseek_v32", **_DEEPSEEK, index_n_heads=4, index_head_dim=16
+    ),
+    "glm_moe_dsa-indexer-shared-layers": _small(
+        "glm_moe_dsa",
+        **_DEEPSEEK,
+        index_n_heads=4,
+        index_head_dim=16,
+        indexer_types=["full", "shared"] * 3,
+    ),
+    "glm_moe_dsa-mlp-layer-types": _small(
+        "glm_moe_dsa",
+        **{k: v for k, v in _DEEPSEEK.items() if k != "first_k_dense_replace"},
+        index_n_heads=4,
+        index_head_dim=16,
+        mlp_layer_types=["dense", "sparse", "dense", "sparse", "sparse", "sparse"],
+    ),
+    "glm4_moe_lite-default-first-dense": _small(
+        "glm4_moe_lite", **{k: v for k, v in _DEEPSEEK.items() if k != "first_k_dense_replace"}
+    ),
+    "glm4_moe_lite-null-q-lora": _small("glm4_moe_lite", **{**_DEEPSEEK, "q_lora_rank": None}),
     "mllama_text_model-cross-layers": {
         **_small("mllama_text_model", cross_attention_layers=[1, 4]),
         "bos_token_id": 1,  # MllamaTextConfig's token ids are ints, never null

@@ -1,7 +1,8 @@
-"""DeepSeek-V2 / V2.5 (``deepseek_v2``) and DeepSeek-V3 / R1 (``deepseek_v3``, which Kimi-K2
-runs as): multi-head latent attention and fine-grained experts behind the first dense layers.
+"""DeepSeek-V2 / V2.5 (``deepseek_v2``), DeepSeek-V3 / R1 (``deepseek_v3``, which Kimi-K2 runs
+as) and DeepSeek-V3.2 (``deepseek_v32``: V3 with DeepSeek sparse attention's indexer):
+multi-head latent attention and fine-grained experts behind the first dense layers.
 
-transformers: ``models/deepseek_v2``, ``models/deepseek_v3``.
+transformers: ``models/deepseek_v2``, ``models/deepseek_v3``, ``models/deepseek_v32``.
 """
 
 from __future__ import annotations
@@ -51,12 +52,14 @@ DEEPSEEK_V2 = Family(
     targets=AdapterTargets(expert_aliases=QWEN_MOE_TARGETS),
 )
 
+DEEPSEEK_V3_MOE = dataclasses.replace(
+    DEEPSEEK_V2_MOE, e_score_correction_bias=True, shared_bias_follows_mlp_bias=False
+)
+
 DEEPSEEK_V3 = DEEPSEEK_V2.derive(
     "deepseek_v3",
     mlp_bias=OFF,
-    moe=dataclasses.replace(
-        DEEPSEEK_V2_MOE, e_score_correction_bias=True, shared_bias_follows_mlp_bias=False
-    ),
+    moe=DEEPSEEK_V3_MOE,
     defaults=frozen(
         tie_word_embeddings=False,
         attention_bias=False,
@@ -66,9 +69,30 @@ DEEPSEEK_V3 = DEEPSEEK_V2.derive(
     ),
 )
 
-FAMILIES = (DEEPSEEK_V2, DEEPSEEK_V3)
+# DeepSeek-V3.2: V3 with DeepSeek sparse attention's lightning indexer on every layer
+# (transformers' DeepseekV32Indexer; vLLM caches one fp8 key of index_head_dim per token).
+DEEPSEEK_V32 = DEEPSEEK_V3.derive(
+    "deepseek_v32",
+    indexer=True,
+    # mlp_layer_types when the config lists it, else first_k_dense_replace (DeepseekV32Config).
+    moe=dataclasses.replace(DEEPSEEK_V3_MOE, placement=MoePlacement.MLP_LAYER_TYPES),
+    mtp_key="num_nextn_predict_layers",
+    defaults=frozen(
+        tie_word_embeddings=False,
+        attention_bias=False,
+        first_k_dense_replace=3,
+        n_shared_experts=1,
+        moe_layer_freq=1,
+        index_n_heads=64,
+        index_head_dim=128,
+        index_topk=2048,
+    ),
+)
+
+FAMILIES = (DEEPSEEK_V2, DEEPSEEK_V3, DEEPSEEK_V32)
 
 ARCHITECTURES = {
     "DeepseekV2ForCausalLM": "deepseek_v2",
     "DeepseekV3ForCausalLM": "deepseek_v3",
+    "DeepseekV32ForCausalLM": "deepseek_v32",
 }
