@@ -13,7 +13,9 @@ off for it unless ``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE`` is set 
 0.10 to 0.34). Linear-attention layers (Qwen3-Next) are ``MambaSpec`` groups: vLLM raises the
 attention block size to the smallest multiple of 16 tokens whose page holds one layer's state
 (``HybridAttentionMambaModelConfig``), pads the state page to it, and a request takes one block
-in every state group whatever its length.
+in every state group whatever its length. The conv state is kept in the model dtype, the
+recurrent state in the model dtype too unless the family says (Kimi Delta Attention: float32;
+Qwen3.5: its config's ``mamba_ssm_dtype``, float32 in the published configs).
 
 Layers whose pages differ (Gemma 4's 512-wide full-attention heads beside 256-wide sliding
 ones) are unified by growing the smaller page's block size (``unify_kv_cache_spec_page_size``);
@@ -33,7 +35,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from service.estimator.kv_cache import KvLayout
-from service.estimator.units import cdiv
+from service.estimator.units import bytes_per_element, cdiv
 
 __all__ = ["VllmKvGroups", "vllm_groups"]
 
@@ -166,7 +168,9 @@ def _unified_blocks(layout: KvLayout, block_size: int) -> tuple[int, int, int]:
 def _state_groups(layout: KvLayout, full: int, block_size: int) -> VllmKvGroups:
     """Attention layers and linear-attention layers with one page size (module docstring)."""
     assert layout.linear is not None
-    state = layout.state_bytes(layout.linear.conv_kernel - 1, layout.state_dtype_bytes)
+    recurrent = layout.linear.recurrent_dtype
+    recurrent_bytes = bytes_per_element(recurrent) if recurrent else layout.state_dtype_bytes
+    state = layout.state_bytes(layout.linear.conv_kernel - 1, recurrent_bytes)
     token = layout.layer_token_bytes
     align = _STATE_BLOCK_ALIGNMENT
     if token:

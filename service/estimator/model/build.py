@@ -31,6 +31,7 @@ from service.estimator.model.families import (
 from service.estimator.model.modeling_traits import (
     Attention,
     LayerLayout,
+    LinearMixer,
     Mlp,
     Modeling,
     MoePlacement,
@@ -262,7 +263,9 @@ def _build(r: ConfigReader, wrapper: str | None) -> Architecture:
     if modeling.double_wide_shared_mlp and r.flag("use_double_wide_mlp"):
         wide = kv_shared
     norm_names = _NORM_RULES[modeling.norm_rule](r)
-    linear = _linear_attention(r) if LINEAR_ATTENTION in layer_types else None
+    linear = None
+    if LINEAR_ATTENTION in layer_types:
+        linear = _kda(r) if modeling.linear_mixer is LinearMixer.KDA else _linear_attention(r)
     chunk = None
     if CHUNKED_ATTENTION in layer_types:
         chunk = r.opt_int("attention_chunk_size", high=Bounds.WINDOW)
@@ -488,6 +491,7 @@ def _linear_attention(r: ConfigReader) -> LinearAttentionSpec:
         key_head_dim=r.integer("linear_key_head_dim", high=Bounds.HEAD_DIM),
         value_head_dim=r.integer("linear_value_head_dim", high=Bounds.HEAD_DIM),
         conv_kernel=r.integer("linear_conv_kernel_dim", high=64),
+        recurrent_dtype=_ssm_dtype(r) if r.family.modeling.ssm_dtype_from_config else None,
     )
     if spec.num_value_heads % spec.num_key_heads:
         raise InvalidConfig(
@@ -496,6 +500,81 @@ def _linear_attention(r: ConfigReader) -> LinearAttentionSpec:
             field="linear_num_value_heads",
         )
     return spec
+
+
+def _ssm_dtype(r: ConfigReader) -> str | None:
+    """The recurrent state's dtype a Qwen3.5 config names (``mamba_ssm_dtype``), if any."""
+    value = r.config.get("mamba_ssm_dtype")
+    if value is None:
+        return None
+    name = checkpoint_dtype(value) if isinstance(value, str) else None
+    if name is None:
+        raise InvalidConfig(
+            f"mamba_ssm_dtype {str(value)[:40]!r} is not a dtype this service knows "
+            "(bfloat16, float16, float32)",
+            field="mamba_ssm_dtype",
+        )
+    return name
+
+
+def _kda_settings(r: ConfigReader) -> Mapping[str, Any]:
+    """Kimi-Linear's linear_attn_config (the checkpoint's nested form), or an empty mapping."""
+    nested = r.config.get("linear_attn_config")
+    if nested is None:
+        return {}
+    if not isinstance(nested, Mapping):
+        raise InvalidConfig("linear_attn_config must be an object", field="linear_attn_config")
+    return nested
+
+
+def _kda(r: ConfigReader) -> LinearAttentionSpec:
+    """Kimi Delta Attention: ``num_heads`` heads of ``head_dim`` for queries, keys and values
+    alike, each with a short convolution of ``short_conv_kernel_size`` taps (read from
+    ``linear_attn_config``, else the flat ``linear_*`` keys KimiLinearConfig keeps)."""
+    nested = _kda_settings(r)
+
+    def read(nested_key: str, flat_key: str, high: int) -> int:
+        value = nested.get(nested_key)
+        if value is not None:
+            return check_int(value, f"linear_attn_config.{nested_key}", 1, high)
+        return r.integer(flat_key, high=high)
+
+    heads = read("num_heads", "linear_num_heads", Bounds.HEADS)
+    head_dim = read("head_dim", "linear_head_dim", Bounds.HEAD_DIM)
+    return LinearAttentionSpec(
+        num_key_heads=heads,
+        num_value_heads=heads,
+        key_head_dim=head_dim,
+        value_head_dim=head_dim,
+        conv_kernel=read("short_conv_kernel_size", "linear_conv_kernel_dim", 64),
+        recurrent_dtype="float32",
+    )
+
+
+def _kimi_linear_layer_types(r: ConfigReader, layers: int) -> tuple[str, ...]:
+    """Kimi-Linear: ``layer_types``, else ``linear_attn_config``'s 1-indexed
+    ``full_attn_layers`` and ``kda_layers``, else full attention on layers 4, 8, ...
+    (transformers' KimiLinearConfig)."""
+    if r.raw("layer_types") is not None:
+        return _explicit_layer_types(r, layers, None, (FULL_ATTENTION, LINEAR_ATTENTION))
+    nested = _kda_settings(r)
+    full, kda = nested.get("full_attn_layers"), nested.get("kda_layers")
+    if full is not None and kda is not None:
+        types: list[str | None] = [None] * layers
+        for kind, indices in ((FULL_ATTENTION, full), (LINEAR_ATTENTION, kda)):
+            if not isinstance(indices, Sequence) or isinstance(indices, str):
+                raise InvalidConfig(
+                    "linear_attn_config layer lists must be lists", field="linear_attn_config"
+                )
+            for i in indices:
+                types[check_int(i, "linear_attn_config layers", 1, layers) - 1] = kind
+        if None in types:
+            raise InvalidConfig(
+                "linear_attn_config's full_attn_layers and kda_layers must cover every layer",
+                field="linear_attn_config",
+            )
+        return tuple(t for t in types if t is not None)
+    return tuple(FULL_ATTENTION if i and i % 4 == 0 else LINEAR_ATTENTION for i in range(layers))
 
 
 def _note_mtp_layers(r: ConfigReader, layers: int) -> None:
@@ -720,6 +799,8 @@ def _layer_types(
         return None, (FULL_ATTENTION,) * layers
     if layout is LayerLayout.LLAMA4_CHUNKED:
         return None, _llama4_layer_types(r, layers)
+    if layout is LayerLayout.KIMI_LINEAR:
+        return None, _kimi_linear_layer_types(r, layers)
     if layout is LayerLayout.HYBRID_LINEAR:
         if r.raw("layer_types") is not None:
             kinds = (FULL_ATTENTION, LINEAR_ATTENTION)

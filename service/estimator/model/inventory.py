@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from service.estimator.model.architecture import Architecture
-from service.estimator.model.modeling_traits import Attention, Mlp
+from service.estimator.model.modeling_traits import Attention, LinearMixer, Mlp
 from service.estimator.model.shapes import LinearModule, ParameterGroup, Reads, Shard
 
 __all__ = ["linear_modules", "parameter_groups"]
@@ -192,73 +192,29 @@ def _qwen_c_attn(b: _Builder) -> None:
 
 
 def _mla_attention(b: _Builder) -> None:
+    """DeepSeek's latent attention on the attention layers (Kimi-Linear interleaves it with
+    linear attention): q (or its low-rank pair), the KV latent with the shared rope key, its
+    up-projection and o."""
     a, h = b.arch, b.arch.hidden_size
     mla = a.mla
     assert mla is not None
-    heads = a.num_attention_heads
-    bias = a.attention_bias
+    heads, bias, at = a.num_attention_heads, a.attention_bias, b.attn_layers
+    col, rep = Shard.COLUMN, Shard.REPLICATED
+    qk = heads * mla.qk_head_dim
     if mla.q_lora_rank is None:
-        b.add(
-            "q_proj",
-            f"{b.attn}.q_proj",
-            "attention",
-            h,
-            heads * mla.qk_head_dim,
-            False,
-            Shard.COLUMN,
-            Reads.ATTN_INPUT,
-        )
+        b.add("q_proj", f"{b.attn}.q_proj", "attention", h, qk, False, col, _AI, at)
     else:
-        b.add(
-            "q_a_proj",
-            f"{b.attn}.q_a_proj",
-            "attention",
-            h,
-            mla.q_lora_rank,
-            bias,
-            Shard.REPLICATED,
-            Reads.ATTN_INPUT,
-        )
-        b.add(
-            "q_b_proj",
-            f"{b.attn}.q_b_proj",
-            "attention",
-            mla.q_lora_rank,
-            heads * mla.qk_head_dim,
-            False,
-            Shard.COLUMN,
-            Reads.Q_LATENT,
-        )
-    b.add(
-        "kv_a_proj_with_mqa",
-        f"{b.attn}.kv_a_proj_with_mqa",
-        "attention",
-        h,
-        mla.latent_width,
-        bias,
-        Shard.REPLICATED,
-        Reads.ATTN_INPUT,
-    )
-    b.add(
-        "kv_b_proj",
-        f"{b.attn}.kv_b_proj",
-        "attention",
-        mla.kv_lora_rank,
-        heads * (mla.qk_nope_head_dim + mla.v_head_dim),
-        False,
-        Shard.COLUMN,
-        Reads.KV_LATENT,
-    )
-    b.add(
-        "o_proj",
-        f"{b.attn}.o_proj",
-        "attention",
-        heads * mla.v_head_dim,
-        h,
-        a.attention_out_bias,
-        Shard.ROW,
-        Reads.ATTN_OUTPUT,
-    )
+        r = mla.q_lora_rank
+        b.add("q_a_proj", f"{b.attn}.q_a_proj", "attention", h, r, bias, rep, _AI, at)
+        b.add("q_b_proj", f"{b.attn}.q_b_proj", "attention", r, qk, False, col, Reads.Q_LATENT,
+              at)  # fmt: skip
+    b.add("kv_a_proj_with_mqa", f"{b.attn}.kv_a_proj_with_mqa", "attention", h,
+          mla.latent_width, bias, rep, _AI, at)  # fmt: skip
+    b.add("kv_b_proj", f"{b.attn}.kv_b_proj", "attention", mla.kv_lora_rank,
+          heads * (mla.qk_nope_head_dim + mla.v_head_dim), False, col, Reads.KV_LATENT,
+          at)  # fmt: skip
+    b.add("o_proj", f"{b.attn}.o_proj", "attention", heads * mla.v_head_dim, h,
+          a.attention_out_bias, Shard.ROW, _AO, at)  # fmt: skip
     idx = a.indexer
     if idx is not None and mla.q_lora_rank is not None:
         # DeepSeek sparse attention's indexer (vLLM: wq_b column-parallel, wk and weights_proj
@@ -269,6 +225,29 @@ def _mla_attention(b: _Builder) -> None:
         b.add("wk", f"{path}.wk", "attention", h, idx.head_dim, False, rep, _AI, at)
         b.add("weights_proj", f"{path}.weights_proj", "attention", h, idx.n_heads, False, rep,
               _AI, at)  # fmt: skip
+
+
+def _kda(b: _Builder) -> None:
+    """Kimi Delta Attention (Kimi-Linear's linear layers, under ``self_attn``): q/k/v, the
+    forget gate's low-rank pair, the beta projection, the output gate's low-rank pair and o
+    (vLLM: the wide projections split by output, o by input, the low-rank inputs replicated)."""
+    lin, h = b.arch.linear_attention, b.arch.hidden_size
+    assert lin is not None
+    at, attn = b.arch.linear_attention_layers, b.attn
+    qkv, d = lin.value_dim, lin.value_head_dim
+    col, rep = Shard.COLUMN, Shard.REPLICATED
+    for name, path, fan_in, fan_out, shard in (
+        ("q_proj", f"{attn}.q_proj", h, qkv, col),
+        ("k_proj", f"{attn}.k_proj", h, qkv, col),
+        ("v_proj", f"{attn}.v_proj", h, qkv, col),
+        ("f_a_proj", f"{attn}.forget_gate.f_a_proj", h, d, rep),
+        ("f_b_proj", f"{attn}.forget_gate.f_b_proj", d, qkv, col),
+        ("b_proj", f"{attn}.b_proj", h, lin.num_value_heads, col),
+        ("g_a_proj", f"{attn}.g_a_proj", h, d, rep),
+        ("g_b_proj", f"{attn}.g_b_proj", d, qkv, col),
+    ):
+        b.add(name, path, "attention", fan_in, fan_out, False, shard, _AI, at)
+    b.add("o_proj", f"{attn}.o_proj", "attention", qkv, h, False, Shard.ROW, _AO, at)
 
 
 def _linear_attention(b: _Builder) -> None:
@@ -392,7 +371,10 @@ def linear_modules(arch: Architecture) -> tuple[LinearModule, ...]:
     b = _Builder(arch)
     _ATTENTION[arch.family.modeling.attention](b)
     if arch.linear_attention is not None:
-        _linear_attention(b)
+        if arch.family.modeling.linear_mixer is LinearMixer.KDA:
+            _kda(b)
+        else:
+            _linear_attention(b)
     mlp, width, bias = arch.family.modeling.mlp, arch.intermediate_size, arch.mlp_bias
     wide = frozenset(arch.wide_mlp_layers)
     normal = tuple(i for i in arch.dense_mlp_layers if i not in wide)
@@ -503,7 +485,18 @@ def parameter_groups(arch: Architecture) -> tuple[ParameterGroup, ...]:
             )
         )
     lin = arch.linear_attention
-    if lin is not None:
+    if lin is not None and arch.family.modeling.linear_mixer is LinearMixer.KDA:
+        lin_layers = arch.linear_attention_layers
+        for name, component, numel, dtype in (
+            ("conv1d", "attention", 3 * lin.value_dim * lin.conv_kernel, None),  # q, k, v convs
+            ("forget_gate.dt_bias", "attention", lin.value_dim, "float32"),
+            ("forget_gate.A_log", "attention", lin.num_value_heads, None),
+            ("o_norm", "norms", lin.value_head_dim, None),  # gated RMSNorm over one head
+        ):
+            out.append(
+                ParameterGroup(name, f"{attn}.{name}", component, numel, lin_layers, dtype=dtype)
+            )
+    elif lin is not None:
         lin_layers = arch.linear_attention_layers
         path = f"{base}.linear_attn"
         for name, component, numel in (
@@ -521,7 +514,7 @@ def parameter_groups(arch: Architecture) -> tuple[ParameterGroup, ...]:
                     f"{attn}.q_a_layernorm",
                     "norms",
                     arch.mla.q_lora_rank,
-                    all_layers,
+                    arch.attention_layers,
                 )
             )
         out.append(
@@ -530,7 +523,7 @@ def parameter_groups(arch: Architecture) -> tuple[ParameterGroup, ...]:
                 f"{attn}.kv_a_layernorm",
                 "norms",
                 arch.mla.kv_lora_rank,
-                all_layers,
+                arch.attention_layers,
             )
         )
     if arch.indexer is not None and arch.mla is not None and arch.mla.q_lora_rank is not None:

@@ -23,6 +23,7 @@ __all__ = [
     "Attention",
     "Flag",
     "LayerLayout",
+    "LinearMixer",
     "Mlp",
     "Modeling",
     "MoePlacement",
@@ -83,6 +84,19 @@ class LayerLayout(StrEnum):
     LLAMA4_CHUNKED = "llama4_chunked"
     # Qwen3-Next: linear attention, with full attention every full_attention_interval-th layer.
     HYBRID_LINEAR = "hybrid_linear"
+    # Kimi-Linear: layer_types, else linear_attn_config's full_attn_layers / kda_layers
+    # (1-indexed), else full attention on every 4th layer from layer 4.
+    KIMI_LINEAR = "kimi_linear"
+
+
+class LinearMixer(StrEnum):
+    """The linear-attention token mixer a family's linear layers run."""
+
+    GATED_DELTANET = "gated_deltanet"  # Qwen3-Next / Qwen3.5: linear_attn module
+    # Kimi Delta Attention (Kimi-Linear): q/k/v projections with a short convolution each, a
+    # low-rank per-channel forget gate, a beta projection and a low-rank output gate, under
+    # self_attn.
+    KDA = "kda"
 
 
 class MoePlacement(StrEnum):
@@ -211,3 +225,6 @@ class Modeling:
     # DeepSeek sparse attention: a lightning indexer beside the latent attention
     # (DeepSeek-V3.2, GLM-5), on the layers indexer_types marks "full".
     indexer: bool = False
+    linear_mixer: LinearMixer = LinearMixer.GATED_DELTANET
+    # vLLM keeps the linear-attention recurrent state in the config's mamba_ssm_dtype (Qwen3.5).
+    ssm_dtype_from_config: bool = False

@@ -166,6 +166,10 @@ class LinearAttentionSpec:
     key_head_dim: int
     value_head_dim: int
     conv_kernel: int
+    # The dtype vLLM keeps the recurrent state in when not the model's: Kimi Delta Attention's
+    # is float32 (mamba_utils.kda_state_dtype), Qwen3.5's what its config's mamba_ssm_dtype
+    # says (models/config.py: Qwen3_5ForConditionalGenerationConfig).
+    recurrent_dtype: str | None = None
 
     @property
     def key_dim(self) -> int:

@@ -95,3 +95,42 @@ def test_deepseek_v32_indexer_keys() -> None:
     g = vllm_groups(kv, 64)
     assert (g.group_size, g.full_groups, g.page_bytes) == (1, 1, 64 * 61 * 1284)
     assert g.token_bytes == 61 * 1284
+
+
+def test_kimi_linear_kda_state_in_vllm() -> None:
+    """Kimi Delta Attention keeps three short-conv states (q, k, v: heads x head_dim channels
+    each, kernel - 1 taps) in the model dtype and a float32 recurrent state of head_dim x
+    head_dim per head (vLLM's kda_state_shape / kda_state_dtype); the latent-attention layers
+    cache 512 + 64 per token."""
+    from service.estimator.model import read_config
+
+    arch = read_config(
+        {
+            "model_type": "kimi_linear",
+            "torch_dtype": "bfloat16",
+            "vocab_size": 163840,
+            "hidden_size": 2304,
+            "intermediate_size": 9216,
+            "moe_intermediate_size": 1024,
+            "num_hidden_layers": 27,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 32,
+            "kv_lora_rank": 512,
+            "qk_nope_head_dim": 128,
+            "qk_rope_head_dim": 64,
+            "v_head_dim": 128,
+        }
+    )
+    (kv,) = stage_kv_layouts(arch, 2, 1, 1, True)
+    # KimiLinearConfig's default layout: full attention on layers 4, 8, ..., 24.
+    assert (kv.full_layers, kv.linear_layers) == (6, 21)
+    assert kv.layer_token_bytes == (512 + 64) * 2
+    conv = 3 * 32 * 128 * 3 * 2
+    recurrent = 32 * 128 * 128 * 4
+    assert kv.state_bytes(3, 4) == conv + recurrent == 2_170_880
+    # The attention block grows to the smallest multiple of 16 tokens whose page holds the
+    # state: 16 x ceil(2,170,880 / (16 x 1152)) = 1888 tokens, a page of 1888 x 1152 bytes;
+    # 6 attention + 21 KDA layers in groups of 6: one attention group and four state groups.
+    g = vllm_groups(kv, 16)
+    assert (g.block_size, g.page_bytes) == (1888, 1888 * 1152)
+    assert (g.group_size, g.full_groups, g.state_groups) == (6, 1, 4)

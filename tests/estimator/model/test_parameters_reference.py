@@ -368,6 +368,28 @@ ISSUE26_CASES = {
         "glm4_moe_lite", **{k: v for k, v in _DEEPSEEK.items() if k != "first_k_dense_replace"}
     ),
     "glm4_moe_lite-null-q-lora": _small("glm4_moe_lite", **{**_DEEPSEEK, "q_lora_rank": None}),
+    "kimi_linear-default-layout-no-q-lora": _small(
+        "kimi_linear",
+        **{k: v for k, v in _DEEPSEEK.items() if k not in ("q_lora_rank", "n_routed_experts")},
+        num_experts=8,
+        num_experts_per_token=2,
+        num_shared_experts=2,
+        linear_num_heads=4,
+        linear_head_dim=16,
+    ),
+    "kimi_linear-nested-linear-attn-config": _small(
+        "kimi_linear",
+        **{k: v for k, v in _DEEPSEEK.items() if k != "n_routed_experts"},
+        num_experts=8,
+        num_experts_per_token=2,
+        linear_attn_config={
+            "num_heads": 4,
+            "head_dim": 16,
+            "short_conv_kernel_size": 3,
+            "full_attn_layers": [2, 6],
+            "kda_layers": [1, 3, 4, 5],
+        },
+    ),
     "mllama_text_model-cross-layers": {
         **_small("mllama_text_model", cross_attention_layers=[1, 4]),
         "bos_token_id": 1,  # MllamaTextConfig's token ids are ints, never null

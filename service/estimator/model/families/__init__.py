@@ -23,6 +23,7 @@ from service.estimator.model.families import (
     gemma,
     glm,
     gpt_oss,
+    kimi,
     llama,
     minimax,
     mistral,
@@ -61,6 +62,7 @@ _MODULES: tuple[ModuleType, ...] = (
     stablelm,
     opt,
     minimax,
+    kimi,
 )
 
 

@@ -204,6 +204,7 @@ QWEN3_5 = QWEN3_NEXT.derive(
     model_type="qwen3_5_text",
     moe=None,
     linear_attention_split=True,
+    ssm_dtype_from_config=True,
     mtp_key="mtp_num_hidden_layers",
     keys=keys(),
     defaults=frozen(**_QWEN3_5_DEFAULTS),
