@@ -11,10 +11,11 @@ wrapper's top-level dtype, quantization and tying applied to it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from service.estimator.errors import InvalidConfig
+from service.estimator.model import layer_layout, mixers
 from service.estimator.model.architecture import Architecture
 from service.estimator.model.config_reader import (
     Bounds,
@@ -30,14 +31,9 @@ from service.estimator.model.families import (
 )
 from service.estimator.model.modeling_traits import (
     Attention,
-    LayerLayout,
     LinearMixer,
     Mlp,
-    Modeling,
-    MoePlacement,
-    MoeSchema,
     NormRule,
-    SharedExperts,
 )
 from service.estimator.model.quantization import parse_quantization
 from service.estimator.model.recognition import (
@@ -52,11 +48,7 @@ from service.estimator.model.shapes import (
     FULL_ATTENTION,
     LINEAR_ATTENTION,
     SLIDING_ATTENTION,
-    GlobalAttentionSpec,
-    IndexerSpec,
-    LinearAttentionSpec,
     MlaSpec,
-    MoeSpec,
 )
 from service.estimator.model.vision import attach_audio, attach_vision
 from service.estimator.units import checkpoint_dtype
@@ -203,7 +195,7 @@ def _build(r: ConfigReader, wrapper: str | None) -> Architecture:
 
     qkv_bias, o_bias = r.trait(modeling.qkv_bias), r.trait(modeling.o_bias)
     mlp_bias = r.trait(modeling.mlp_bias)
-    moe = _moe(r, modeling, layers)
+    moe = mixers.moe(r, modeling, layers)
     if modeling.mlp is Mlp.QWEN_W:
         # Qwen v1's intermediate_size counts w1 and w2 together.
         intermediate = r.integer("intermediate_size", high=Bounds.INTERMEDIATE * 2) // 2
@@ -227,13 +219,15 @@ def _build(r: ConfigReader, wrapper: str | None) -> Architecture:
     qk_norm = None
     if modeling.qk_norm is not None and r.trait(modeling.qk_norm.enabled):
         qk_norm = "per_head" if modeling.qk_norm.per_head else "full_width"
-    window, layer_types = _layer_types(r, modeling, layers)
+    window, layer_types = layer_layout.layer_types(r, modeling, layers)
     if modeling.last_layer_full and layer_types and layer_types[-1] == SLIDING_ATTENTION:
         layer_types = (*layer_types[:-1], FULL_ATTENTION)
     global_attention = (
-        _global_attention(r, heads, kv_heads, layer_types) if modeling.global_attention else None
+        layer_layout.global_attention(r, heads, kv_heads, layer_types)
+        if modeling.global_attention
+        else None
     )
-    kv_shared = _kv_shared_layers(r, layer_types) if modeling.kv_sharing else ()
+    kv_shared = layer_layout.kv_shared_layers(r, layer_types) if modeling.kv_sharing else ()
     per_layer_input = per_layer_vocab = 0
     if modeling.per_layer_embeddings:
         per_layer_input = r.integer("hidden_size_per_layer_input", low=0, high=Bounds.HIDDEN)
@@ -253,7 +247,7 @@ def _build(r: ConfigReader, wrapper: str | None) -> Architecture:
                 f"cross_attention_layers must index the {layers} layers",
                 field="cross_attention_layers",
             )
-    indexer = _indexer(r, layers) if modeling.indexer else None
+    indexer = layer_layout.indexer(r, layers) if modeling.indexer else None
     if indexer is not None and (mla is None or mla.q_lora_rank is None):
         raise InvalidConfig(
             "the sparse-attention indexer projects the query latent: q_lora_rank is required",
@@ -265,7 +259,11 @@ def _build(r: ConfigReader, wrapper: str | None) -> Architecture:
     norm_names = _NORM_RULES[modeling.norm_rule](r)
     linear = None
     if LINEAR_ATTENTION in layer_types:
-        linear = _kda(r) if modeling.linear_mixer is LinearMixer.KDA else _linear_attention(r)
+        linear = (
+            mixers.kda(r)
+            if modeling.linear_mixer is LinearMixer.KDA
+            else mixers.linear_attention(r)
+        )
     chunk = None
     if CHUNKED_ATTENTION in layer_types:
         chunk = r.opt_int("attention_chunk_size", high=Bounds.WINDOW)
@@ -354,96 +352,6 @@ def _build(r: ConfigReader, wrapper: str | None) -> Architecture:
     )
 
 
-def _global_attention(
-    r: ConfigReader, heads: int, kv_heads: int, layer_types: tuple[str, ...]
-) -> GlobalAttentionSpec | None:
-    """Gemma 4's full-attention geometry: ``global_head_dim`` (512 unless given) and, with
-    ``attention_k_eq_v``, ``num_global_key_value_heads``; or transformers 5.24's serialized
-    ``per_layer_config`` entries of the full layers, which must agree."""
-    full = [i for i, t in enumerate(layer_types) if t == FULL_ATTENTION]
-    if not full:
-        return None
-    k_eq_v = r.flag("attention_k_eq_v")
-    table = r.config.get("per_layer_config")
-    if isinstance(table, Mapping) and table:
-        rows = {int(k): v for k, v in table.items() if str(k).isdigit() and isinstance(v, Mapping)}
-        picked = {
-            (rows[i].get("head_dim"), rows[i].get("num_key_value_heads")) for i in full if i in rows
-        }
-        if len(picked) != 1 or len({i for i in full if i in rows}) != len(full):
-            raise InvalidConfig(
-                "per_layer_config must give every full-attention layer the same head_dim and "
-                "num_key_value_heads",
-                field="per_layer_config",
-            )
-        head_dim, kv = picked.pop()
-        head_dim = check_int(head_dim, "per_layer_config.head_dim", 1, Bounds.HEAD_DIM)
-        kv = kv_heads if kv is None else check_int(kv, "per_layer_config.num_key_value_heads",
-                                                   1, Bounds.HEADS)  # fmt: skip
-    else:
-        head_dim = r.integer("global_head_dim", high=Bounds.HEAD_DIM)
-        global_kv = r.config.get("num_global_key_value_heads") if k_eq_v else None
-        kv = (
-            kv_heads
-            if global_kv is None
-            else check_int(global_kv, "num_global_key_value_heads", 1, Bounds.HEADS)
-        )
-    if heads % kv:
-        raise InvalidConfig(
-            f"num_attention_heads ({heads}) must be a multiple of the full-attention layers' "
-            f"key/value heads ({kv})",
-            field="num_global_key_value_heads",
-        )
-    return GlobalAttentionSpec(head_dim=head_dim, kv_heads=kv, k_eq_v=k_eq_v)
-
-
-def _kv_shared_layers(r: ConfigReader, layer_types: tuple[str, ...]) -> tuple[int, ...]:
-    """Gemma 4: the last ``num_kv_shared_layers`` layers read the cache of the last earlier
-    layer of their type, so every type among them needs such a producer (transformers'
-    ``kv_sharing_modes``)."""
-    layers = len(layer_types)
-    n = r.integer("num_kv_shared_layers", low=0, high=layers)
-    if not n:
-        return ()
-    first = layers - n
-    if n < layers and set(layer_types[first:]) - set(layer_types[:first]):
-        raise InvalidConfig(
-            "num_kv_shared_layers leaves a shared layer type with no earlier layer of its type "
-            "to read keys and values from",
-            field="num_kv_shared_layers",
-        )
-    return tuple(range(first, layers))
-
-
-def _indexer(r: ConfigReader, layers: int) -> IndexerSpec:
-    """The lightning indexer: its heads and key width, and the layers that run it:
-    ``indexer_types`` (``"full"`` runs it, ``"shared"`` reuses the previous full layer's
-    selection), else the ``index_topk_pattern`` string (``F``/``S``), else every
-    ``index_topk_freq``-th layer from ``index_skip_topk_offset`` (every layer by default;
-    transformers' ``GlmMoeDsaConfig``; DeepSeek-V3.2 runs it on every layer)."""
-    kinds = r.raw("indexer_types")
-    pattern = r.raw("index_topk_pattern")
-    if kinds is None and isinstance(pattern, str):
-        kinds = [{"F": "full", "S": "shared"}.get(c, c) for c in pattern]
-    if kinds is None:
-        freq = max(r.integer("index_topk_freq", default=1, high=Bounds.LAYERS), 1)
-        offset = r.integer("index_skip_topk_offset", default=2, low=0, high=Bounds.LAYERS)
-        full = tuple(i for i in range(layers) if max(i - offset + 1, 0) % freq == 0)
-    else:
-        if not isinstance(kinds, Sequence) or isinstance(kinds, str) or len(kinds) != layers:
-            raise InvalidConfig(
-                f"indexer_types must list 'full' or 'shared' for each of the {layers} layers",
-                field="indexer_types",
-            )
-        full = tuple(i for i, k in enumerate(kinds) if k == "full")
-    return IndexerSpec(
-        n_heads=r.integer("index_n_heads", high=Bounds.HEADS),
-        head_dim=r.integer("index_head_dim", high=Bounds.HEAD_DIM),
-        topk=r.integer("index_topk", high=Bounds.POSITIONS),
-        layers=full,
-    )
-
-
 def _standard_kv_heads(r: ConfigReader, heads: int) -> int:
     if r.has("num_key_value_heads") or "num_key_value_heads" in r.family.schema.defaults:
         return r.integer("num_key_value_heads", high=Bounds.HEADS)
@@ -482,99 +390,6 @@ _NORM_RULES: dict[NormRule, Callable[[ConfigReader], tuple[str, ...]]] = {
     NormRule.FIXED: _fixed_norms,
     NormRule.FALCON: _falcon_norms,
 }
-
-
-def _linear_attention(r: ConfigReader) -> LinearAttentionSpec:
-    spec = LinearAttentionSpec(
-        num_key_heads=r.integer("linear_num_key_heads", high=Bounds.HEADS),
-        num_value_heads=r.integer("linear_num_value_heads", high=Bounds.HEADS),
-        key_head_dim=r.integer("linear_key_head_dim", high=Bounds.HEAD_DIM),
-        value_head_dim=r.integer("linear_value_head_dim", high=Bounds.HEAD_DIM),
-        conv_kernel=r.integer("linear_conv_kernel_dim", high=64),
-        recurrent_dtype=_ssm_dtype(r) if r.family.modeling.ssm_dtype_from_config else None,
-    )
-    if spec.num_value_heads % spec.num_key_heads:
-        raise InvalidConfig(
-            f"linear_num_value_heads ({spec.num_value_heads}) must be a multiple of "
-            f"linear_num_key_heads ({spec.num_key_heads})",
-            field="linear_num_value_heads",
-        )
-    return spec
-
-
-def _ssm_dtype(r: ConfigReader) -> str | None:
-    """The recurrent state's dtype a Qwen3.5 config names (``mamba_ssm_dtype``), if any."""
-    value = r.config.get("mamba_ssm_dtype")
-    if value is None:
-        return None
-    name = checkpoint_dtype(value) if isinstance(value, str) else None
-    if name is None:
-        raise InvalidConfig(
-            f"mamba_ssm_dtype {str(value)[:40]!r} is not a dtype this service knows "
-            "(bfloat16, float16, float32)",
-            field="mamba_ssm_dtype",
-        )
-    return name
-
-
-def _kda_settings(r: ConfigReader) -> Mapping[str, Any]:
-    """Kimi-Linear's linear_attn_config (the checkpoint's nested form), or an empty mapping."""
-    nested = r.config.get("linear_attn_config")
-    if nested is None:
-        return {}
-    if not isinstance(nested, Mapping):
-        raise InvalidConfig("linear_attn_config must be an object", field="linear_attn_config")
-    return nested
-
-
-def _kda(r: ConfigReader) -> LinearAttentionSpec:
-    """Kimi Delta Attention: ``num_heads`` heads of ``head_dim`` for queries, keys and values
-    alike, each with a short convolution of ``short_conv_kernel_size`` taps (read from
-    ``linear_attn_config``, else the flat ``linear_*`` keys KimiLinearConfig keeps)."""
-    nested = _kda_settings(r)
-
-    def read(nested_key: str, flat_key: str, high: int) -> int:
-        value = nested.get(nested_key)
-        if value is not None:
-            return check_int(value, f"linear_attn_config.{nested_key}", 1, high)
-        return r.integer(flat_key, high=high)
-
-    heads = read("num_heads", "linear_num_heads", Bounds.HEADS)
-    head_dim = read("head_dim", "linear_head_dim", Bounds.HEAD_DIM)
-    return LinearAttentionSpec(
-        num_key_heads=heads,
-        num_value_heads=heads,
-        key_head_dim=head_dim,
-        value_head_dim=head_dim,
-        conv_kernel=read("short_conv_kernel_size", "linear_conv_kernel_dim", 64),
-        recurrent_dtype="float32",
-    )
-
-
-def _kimi_linear_layer_types(r: ConfigReader, layers: int) -> tuple[str, ...]:
-    """Kimi-Linear: ``layer_types``, else ``linear_attn_config``'s 1-indexed
-    ``full_attn_layers`` and ``kda_layers``, else full attention on layers 4, 8, ...
-    (transformers' KimiLinearConfig)."""
-    if r.raw("layer_types") is not None:
-        return _explicit_layer_types(r, layers, None, (FULL_ATTENTION, LINEAR_ATTENTION))
-    nested = _kda_settings(r)
-    full, kda = nested.get("full_attn_layers"), nested.get("kda_layers")
-    if full is not None and kda is not None:
-        types: list[str | None] = [None] * layers
-        for kind, indices in ((FULL_ATTENTION, full), (LINEAR_ATTENTION, kda)):
-            if not isinstance(indices, Sequence) or isinstance(indices, str):
-                raise InvalidConfig(
-                    "linear_attn_config layer lists must be lists", field="linear_attn_config"
-                )
-            for i in indices:
-                types[check_int(i, "linear_attn_config layers", 1, layers) - 1] = kind
-        if None in types:
-            raise InvalidConfig(
-                "linear_attn_config's full_attn_layers and kda_layers must cover every layer",
-                field="linear_attn_config",
-            )
-        return tuple(t for t in types if t is not None)
-    return tuple(FULL_ATTENTION if i and i % 4 == 0 else LINEAR_ATTENTION for i in range(layers))
 
 
 def _note_mtp_layers(r: ConfigReader, layers: int) -> None:
@@ -643,198 +458,3 @@ def _optional_positions(r: ConfigReader, key: str) -> int | None:
     if value is None or isinstance(value, bool) or not isinstance(value, int):
         return None  # absent, or a tokenizer-style sentinel
     return value if 0 < value <= Bounds.POSITIONS else None
-
-
-def _moe_layers(r: ConfigReader, schema: MoeSchema, layers: int) -> tuple[int, ...]:
-    """Which decoder layers hold routed experts, by the family's rule."""
-    placement = schema.placement
-    if placement is MoePlacement.FIRST_K_DENSE:
-        first = r.integer("first_k_dense_replace", low=0, high=Bounds.LAYERS)
-        # Families whose config class has no moe_layer_freq (GLM-4.5) are every layer on.
-        freq = r.integer(
-            "moe_layer_freq",
-            high=Bounds.LAYERS,
-            default=... if "moe_layer_freq" in r.family.schema.defaults else 1,
-        )
-        if freq != 1:
-            r.assumptions.append(
-                f"moe_layer_freq {freq} ignored: transformers makes every layer from "
-                "first_k_dense_replace on an MoE layer"
-            )
-        return tuple(range(first, layers))
-    if placement is MoePlacement.MLP_LAYER_TYPES:
-        kinds = r.raw("mlp_layer_types")
-        if kinds is None:
-            if schema.dense_prefix_in_config:
-                first = r.integer("first_k_dense_replace", low=0, high=Bounds.LAYERS)
-            else:
-                first = int(r.family.schema.defaults["first_k_dense_replace"])
-                r.assumptions.append(
-                    f"mlp_layer_types not in config; the first {first} layer(s) dense, the "
-                    f"rest experts (the {r.model_type} default, transformers)"
-                )
-            return tuple(range(min(first, layers), layers))
-        if not isinstance(kinds, Sequence) or isinstance(kinds, str) or len(kinds) != layers:
-            raise InvalidConfig(
-                f"mlp_layer_types must list 'dense' or 'sparse' for each of the {layers} layers",
-                field="mlp_layer_types",
-            )
-        if any(k not in ("dense", "sparse") for k in kinds):
-            raise InvalidConfig(
-                "mlp_layer_types entries must be 'dense' or 'sparse'", field="mlp_layer_types"
-            )
-        return tuple(i for i, k in enumerate(kinds) if k == "sparse")
-    if placement is MoePlacement.INTERLEAVE:
-        if r.raw("moe_layers") is not None:
-            return tuple(sorted(set(r.int_list("moe_layers", layers - 1))))
-        step = r.integer("interleave_moe_layer_step", high=Bounds.LAYERS)
-        return tuple(range(step - 1, layers, step))
-    if placement is MoePlacement.SPARSE_STEP:
-        only = set(r.int_list("mlp_only_layers", Bounds.LAYERS))
-        step = r.integer("decoder_sparse_step", high=Bounds.LAYERS)
-        return tuple(i for i in range(layers) if i not in only and (i + 1) % step == 0)
-    return tuple(range(layers))
-
-
-def _moe(r: ConfigReader, modeling: Modeling, layers: int) -> MoeSpec | None:
-    schema = modeling.moe
-    if schema is None or (schema.enabled is not None and not r.trait(schema.enabled)):
-        return None
-    low = 0 if schema.zero_experts_means_dense else 1
-    experts = r.integer("num_experts", low=low, high=Bounds.EXPERTS)
-    if experts == 0:
-        return None
-    top_k = r.integer("num_experts_per_tok", high=Bounds.EXPERTS)
-    width = r.integer(schema.width_key, high=Bounds.INTERMEDIATE)
-    shared_width, n_shared = 0, 0
-    if schema.shared is SharedExperts.GATED_ONE:
-        shared_width = r.integer("shared_expert_intermediate_size", low=0, high=Bounds.INTERMEDIATE)
-        n_shared = 1 if shared_width else 0
-    elif schema.shared is SharedExperts.ONE:
-        shared_width, n_shared = width, 1
-    elif schema.shared is SharedExperts.FUSED_N:
-        n_shared = r.integer("n_shared_experts", low=0, high=Bounds.EXPERTS)
-        shared_width = n_shared * width
-    if top_k > experts:
-        raise InvalidConfig(
-            f"num_experts_per_tok ({top_k}) exceeds the number of experts ({experts})",
-            field="num_experts_per_tok",
-        )
-    return MoeSpec(
-        num_experts=experts,
-        experts_per_token=top_k,
-        expert_intermediate_size=width,
-        layers=_moe_layers(r, schema, layers),
-        num_shared_experts=n_shared,
-        shared_expert_intermediate_size=shared_width,
-        shared_expert_gate=schema.shared is SharedExperts.GATED_ONE,
-        router_bias=schema.router_bias,
-        e_score_correction_bias=schema.e_score_correction_bias,
-        expert_bias=schema.expert_bias,
-        router_dtype=schema.router_dtype,
-        beside_dense=schema.beside_dense,
-    )
-
-
-def _explicit_layer_types(
-    r: ConfigReader,
-    layers: int,
-    window: int | None,
-    allowed: tuple[str, ...] = (FULL_ATTENTION, SLIDING_ATTENTION),
-) -> tuple[str, ...]:
-    explicit = r.raw("layer_types")
-    if not isinstance(explicit, Sequence) or isinstance(explicit, str):
-        raise InvalidConfig("layer_types must be a list", field="layer_types")
-    types = tuple(explicit)
-    if len(types) != layers:
-        raise InvalidConfig(
-            f"layer_types has {len(types)} entries for {layers} layers", field="layer_types"
-        )
-    for t in types:
-        if t not in allowed:
-            raise InvalidConfig(
-                f"layer type {str(t)[:40]!r} is not supported ({', '.join(allowed)})",
-                field="layer_types",
-            )
-    if SLIDING_ATTENTION in types and window is None:
-        raise InvalidConfig(
-            "layer_types has sliding layers but the config has no sliding_window",
-            field="sliding_window",
-        )
-    return types
-
-
-# Layouts whose config may list its layer types explicitly (transformers' `layer_types`).
-_EXPLICIT_TYPES = frozenset(
-    {LayerLayout.QWEN2, LayerLayout.QWEN2_MOE, LayerLayout.ALTERNATING, LayerLayout.GEMMA3}
-)
-
-
-def _llama4_layer_types(r: ConfigReader, layers: int) -> tuple[str, ...]:
-    """Llama 4: layers that apply RoPE attend within chunks (when attention_chunk_size is
-    set), the NoPE layers attend to every token. ``no_rope_layers`` lists 1 for a RoPE layer;
-    empty or absent, every no_rope_layer_interval-th layer is NoPE (transformers)."""
-    if r.raw("layer_types") is not None:
-        kinds = (FULL_ATTENTION, CHUNKED_ATTENTION)
-        return _explicit_layer_types(r, layers, None, kinds)
-    flags = r.int_list("no_rope_layers", 1)
-    if flags and len(flags) != layers:
-        raise InvalidConfig(
-            f"no_rope_layers has {len(flags)} entries for {layers} layers", field="no_rope_layers"
-        )
-    if not flags:
-        every = r.integer("no_rope_layer_interval", high=Bounds.LAYERS)
-        flags = tuple(int((i + 1) % every != 0) for i in range(layers))
-    if r.opt_int("attention_chunk_size", high=Bounds.WINDOW) is None:
-        return (FULL_ATTENTION,) * layers
-    return tuple(CHUNKED_ATTENTION if rope else FULL_ATTENTION for rope in flags)
-
-
-def _layer_types(
-    r: ConfigReader, modeling: Modeling, layers: int
-) -> tuple[int | None, tuple[str, ...]]:
-    """(sliding window, per-layer attention type) by the family's layout rule."""
-    layout = modeling.layout
-    if layout is LayerLayout.FULL:
-        return None, (FULL_ATTENTION,) * layers
-    if layout is LayerLayout.LLAMA4_CHUNKED:
-        return None, _llama4_layer_types(r, layers)
-    if layout is LayerLayout.KIMI_LINEAR:
-        return None, _kimi_linear_layer_types(r, layers)
-    if layout is LayerLayout.HYBRID_LINEAR:
-        if r.raw("layer_types") is not None:
-            kinds = (FULL_ATTENTION, LINEAR_ATTENTION)
-            return None, _explicit_layer_types(r, layers, None, kinds)
-        every = r.integer("full_attention_interval", high=Bounds.LAYERS)
-        return None, tuple(
-            LINEAR_ATTENTION if (i + 1) % every else FULL_ATTENTION for i in range(layers)
-        )
-    window = r.opt_int("sliding_window", low=0, high=Bounds.WINDOW) or None
-    switch = r.family.schema.sliding_window_switch
-    if switch is not None and not r.flag(switch):
-        window = None
-    if layout in _EXPLICIT_TYPES and r.raw("layer_types") is not None:
-        return window, _explicit_layer_types(r, layers, window)
-    if layout is LayerLayout.ALL_SLIDING:
-        kind = SLIDING_ATTENTION if window is not None else FULL_ATTENTION
-        return window, (kind,) * layers
-    if layout in (LayerLayout.QWEN2, LayerLayout.QWEN2_MOE):
-        max_window = r.integer("max_window_layers", low=0, high=Bounds.LAYERS)
-        if layout is LayerLayout.QWEN2:
-            sliding = [window is not None and i >= max_window for i in range(layers)]
-        else:
-            sliding = [
-                window is not None and (i + 1) % 2 == 1 and i < max_window for i in range(layers)
-            ]
-        types = tuple(SLIDING_ATTENTION if s else FULL_ATTENTION for s in sliding)
-        return (window if SLIDING_ATTENTION in types else None), types
-    period = (
-        r.integer("sliding_window_pattern", high=Bounds.LAYERS, default=6)
-        if layout is LayerLayout.GEMMA3
-        else modeling.alternating_period
-    )
-    if window is None:
-        return None, (FULL_ATTENTION,) * layers
-    return window, tuple(
-        SLIDING_ATTENTION if (i + 1) % period else FULL_ATTENTION for i in range(layers)
-    )
