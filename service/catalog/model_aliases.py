@@ -472,6 +472,9 @@ class NameResolver:
         publisher = self.rules.publisher(org)
         if publisher is not None:
             search.add("publisher", f"{publisher.org}: {publisher.reason}")
+        whole = self._whole_name(org, bare, publisher is not None, search)
+        if whole is not None:
+            return NameMatch(search.requested, whole, tuple(search.steps))
         stem = bare
         fmt: QuantFormat | None = None
         dtype: str | None = None
@@ -510,6 +513,35 @@ class NameResolver:
                 ),
             )
         return NameMatch(search.requested, entry, tuple(search.steps), fmt, dtype, unquantized)
+
+    def _whole_name(
+        self, org: str | None, bare: str, publishes_others: bool, search: _Search
+    ) -> ModelEntry | None:
+        """A catalog model the whole name already names, before any suffix is read: under
+        another publisher (a mirror of ``Qwen3-235B-A22B-FP8`` is Qwen's own -FP8 record), or
+        under a renamed prefix of the same publisher (``Meta-Llama-3.1-…`` → ``Llama-3.1-…``)."""
+        names: list[tuple[str, tuple[Step, ...]]] = [(bare, ())]
+        for rename in self.rules.renamed:
+            applies = org is None or publishes_others or org.lower() == (rename.org or "").lower()
+            if applies and bare.lower().startswith(rename.old.lower()):
+                step = Step("renamed", f"{rename.old} → {rename.new}: {rename.reason}")
+                names.append((rename.new + bare[len(rename.old) :], (step,)))
+        for name, steps in names:
+            if org is not None and not publishes_others:
+                found = self._exact(f"{org}/{name}")
+                if found is not None:
+                    search.steps.extend(steps)
+                    search.add("name", f"{found.id}, the same publisher's repository")
+                    return found
+                continue
+            named = tuple(self._named.get(name.lower(), ()))
+            if named:
+                search.steps.extend(steps)
+                try:
+                    return self._one(named, org, name, search)
+                except NotFound:
+                    return None  # several different models: the suffixes may still tell
+        return None
 
     def _refuse_unpriced(self, org: str | None, stem: str, requested: str) -> None:
         for rule in self.rules.unpriced:
@@ -581,9 +613,8 @@ class NameResolver:
         short = [(e, rule) for e, rule in self._shortened.get(key, ()) if mine(e)]
         return tuple(e for e, _ in short), (short[0][1] if short else None)
 
-    @staticmethod
     def _one(
-        found: tuple[ModelEntry, ...], org: str | None, name: str, search: _Search
+        self, found: tuple[ModelEntry, ...], org: str | None, name: str, search: _Search
     ) -> ModelEntry:
         """One model from same-named records: they must share one config (a mirror and its
         original); the record whose config is its own (no base) is taken, else the first."""
@@ -598,7 +629,13 @@ class NameResolver:
         ranked = sorted(found, key=lambda e: (e.base is not None, e.id.lower()))
         entry = ranked[0]
         if len(found) == 1:
-            alias = _split(entry.id)[1].lower() != name.lower()
+            bare = _split(entry.id)[1]
+            own = {bare.lower()} | {
+                bare[: -len(r.suffix)].lower()
+                for r in self.rules.same_weights
+                if _ends(bare, r.suffix)
+            }
+            alias = name.lower() not in own
             why = "the only catalog model of that name" + (" (an alias)" if alias else "")
         else:
             why = f"{len(found)} catalog records of that name share one config; taken the original"
