@@ -39,13 +39,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from service.catalog.model_aliases import (
-    AliasRules,
-    AliasRulesError,
-    NameMatch,
-    NameResolver,
-    load_alias_rules,
-)
+from service.catalog.model_aliases import AliasRules, AliasRulesError, load_alias_rules
+from service.catalog.name_resolver import NameMatch, NameResolver
 from service.estimator.errors import EstimatorError, NotFound
 from service.estimator.gguf_quant import get_preset, quant_model
 from service.estimator.model import (
