@@ -12,6 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from service.application.resolve import _named_model
 from service.catalog.model_aliases import AliasRulesError, load_alias_rules
@@ -19,10 +21,12 @@ from service.catalog.model_catalog import CatalogError, ModelCatalog, load_model
 from service.estimator.errors import NotFound
 from service.estimator.weights import weight_layout
 
+_CATALOG = load_model_catalog()
+
 
 @pytest.fixture(scope="module")
 def catalog() -> ModelCatalog:
-    return load_model_catalog()
+    return _CATALOG
 
 
 # (name as typed, catalog model it names, the format it names)
@@ -222,3 +226,26 @@ def test_a_whole_name_another_publisher_holds_is_that_record(catalog: ModelCatal
         "Qwen/Qwen3-235B-A22B-FP8",
         None,
     )
+
+
+_PIECES = st.sampled_from(
+    [
+        *("unsloth/", "TheBloke/", "/", ":", "Qwen3-8B", "Llama-2-7b", "-GGUF", ":Q4_K_M"),
+        *(".gguf", "-GPTQ", "-AWQ", "-bnb-4bit", "-FP8", "-hf", "-fp16", "-Instruct"),
+        *("-00001-of-00002", "hf.co/", "-Q4_K_M", "UD-", "-MLX-4bit", " ", "-"),
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.lists(_PIECES, min_size=1, max_size=6).map("".join), st.text(max_size=60)))
+def test_any_name_resolves_or_is_a_not_found(name: str) -> None:
+    catalog = _CATALOG
+    if not name.strip():
+        return
+    try:
+        model = _named_model(name, catalog, None)
+    except NotFound as exc:
+        assert exc.field == "model"
+    else:
+        assert model.resolution is not None and model.parameter_count > 0
