@@ -38,8 +38,9 @@ from service.workloads.gpus import GpuRequest
 from service.workloads.nodes import NodeGpus, read_node
 from service.workloads.sources import ReadProblem, Sourced, Token, WorkloadError
 from service.workloads.training.files import ConfigFiles
-from service.workloads.training.kinds import TrainingWorkload, read_training
+from service.workloads.training.kinds import TrainingWorkload
 from service.workloads.training.launchers import find_training_command
+from service.workloads.training.objects import read_training
 from service.workloads.training.settings import TrainingCommand
 
 __all__ = [

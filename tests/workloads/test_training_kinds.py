@@ -10,7 +10,8 @@ import pytest
 from kubernetes import client as k8s
 
 from service.workloads.kubernetes import read_workloads
-from service.workloads.training.kinds import TrainingReading, memory_bytes, read_training
+from service.workloads.training.kinds import TrainingReading, memory_bytes
+from service.workloads.training.objects import read_training
 from tests.workloads.objects import container, pod_spec
 
 TRL = "trl sft --model_name_or_path Qwen/Qwen2.5-7B --use_peft"
