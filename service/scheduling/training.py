@@ -18,12 +18,12 @@ from typing import Any
 from service.application.estimate_service import Catalogs
 from service.application.metrics import Metrics
 from service.estimator.gpu import GpuSpec
-from service.estimator.training import fit_finetune
 from service.scheduling.check import GpuVerdict
 from service.scheduling.training_check import (
     TrainingCheck,
     TrainingPrepared,
     check_training,
+    floor_fits,
     prepare_training,
     training_verdict_on,
 )
@@ -416,8 +416,8 @@ def _node_verdicts(
         spec: GpuSpec = found.spec
         verdict = training_verdict_on(item.prepared, found.label, spec)
         sure = item.prepared.plan.exact
-        if not verdict.fits and not sure and item.prepared.floor is not None:
-            sure = not fit_finetune(item.prepared.floor, spec).fits
+        if not verdict.fits and not sure:
+            sure = floor_fits(item.prepared, spec) is False
         out.append((verdict, found, sure))
     return out
 

@@ -37,6 +37,7 @@ from service.estimator.gpu import GpuSpec
 from service.estimator.result import REASON_TEXT, FitReason
 from service.estimator.training import FinetuneRequest, estimate_finetune, fit_finetune
 from service.scheduling.check import GpuVerdict, VerdictName
+from service.scheduling.training_fixes import Suggestion, suggestions
 from service.scheduling.training_plan import TrainingPlan
 from service.schemas.estimates import EstimateResponse, FinetuneRequestBody
 from service.workloads.sources import ReadProblem, Sourced
@@ -47,6 +48,7 @@ __all__ = [
     "TrainingCheck",
     "TrainingPrepared",
     "check_training",
+    "floor_fits",
     "prepare_training",
     "training_verdict_on",
 ]
@@ -80,17 +82,6 @@ class HostMemory:
     @property
     def fits(self) -> bool | None:
         return None if self.limit is None else self.needed_bytes <= self.limit.value
-
-
-@dataclass(frozen=True)
-class Suggestion:
-    """One change that lowers what a GPU holds, in the trainer's own words, with its result."""
-
-    change: str
-    how: str
-    request: Mapping[str, Any]
-    per_gpu_bytes: int
-    fits: bool | None
 
 
 @dataclass(frozen=True)
@@ -197,7 +188,7 @@ def training_verdict_on(prepared: TrainingPrepared, ref: str, gpu: GpuSpec) -> G
     )
 
 
-def _floor_fits(prepared: TrainingPrepared, gpu: GpuSpec) -> bool | None:
+def floor_fits(prepared: TrainingPrepared, gpu: GpuSpec) -> bool | None:
     if prepared.floor is None:
         return None
     try:
@@ -278,7 +269,7 @@ def check_training(
     if not plan.gpu_refs and memory_bytes is not None:
         specs.append((f"memory:{memory_bytes}", ad_hoc_gpu(memory_bytes)))
     verdicts += [training_verdict_on(prepared, ref, spec) for ref, spec in specs]
-    floors = tuple(_floor_fits(prepared, spec) for _, spec in specs)
+    floors = tuple(floor_fits(prepared, spec) for _, spec in specs)
     body = plan.with_gpu()
     if len(specs) == 1:
         ref = specs[0][0]
@@ -305,7 +296,6 @@ def check_training(
         plan, estimate, tuple(verdicts), floors, fits_on, host, (), tuple(problems), body
     )
     if with_suggestions and check.verdict in ("does_not_fit", "fits_some") and specs:
-        from service.scheduling.training_fixes import suggestions
-
-        check = dataclasses.replace(check, suggestions=suggestions(prepared, specs[0][1], catalogs))
+        fixes = suggestions(plan, prepared.request, specs[0][1], catalogs)
+        check = dataclasses.replace(check, suggestions=fixes)
     return check

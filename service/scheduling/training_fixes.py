@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from service.application.convert import finetune_request
@@ -20,11 +21,23 @@ from service.application.estimate_service import Catalogs
 from service.application.resolve import resolve_model
 from service.estimator.errors import EstimatorError
 from service.estimator.gpu import GpuSpec
-from service.estimator.training import fit_finetune
-from service.scheduling.training_check import Suggestion, TrainingPrepared
+from service.estimator.training import FinetuneRequest, fit_finetune
+from service.scheduling.training_plan import TrainingPlan
 from service.schemas.estimates import FinetuneRequestBody
 
-__all__ = ["WORDS", "suggestions"]
+__all__ = ["WORDS", "Suggestion", "suggestions"]
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """One change that lowers what a GPU holds, in the trainer's own words, with its result."""
+
+    change: str
+    how: str
+    request: Mapping[str, Any]
+    per_gpu_bytes: int
+    fits: bool | None
+
 
 # trainer -> change -> how it is written.
 WORDS: Mapping[str, Mapping[str, str]] = {
@@ -92,13 +105,13 @@ def _fit(body: Mapping[str, Any], gpu: GpuSpec, catalogs: Catalogs) -> tuple[int
 
 
 def suggestions(
-    prepared: TrainingPrepared, gpu: GpuSpec, catalogs: Catalogs
+    plan: TrainingPlan, request: FinetuneRequest, gpu: GpuSpec, catalogs: Catalogs
 ) -> tuple[Suggestion, ...]:
-    """Changes that lower one rank's bytes on ``gpu``, each with its result."""
-    plan = prepared.plan
+    """Changes that lower one rank's bytes on ``gpu`` (``request``: the plan's, typed), each
+    with its result."""
     words = WORDS.get(plan.command.trainer, WORDS["transformers"])
     base = dict(plan.body)
-    fit = fit_finetune(prepared.request, gpu)
+    fit = fit_finetune(request, gpu)
     variants: list[tuple[str, str, dict[str, Any]]] = []
     batch = int(base.get("batch_size", 1))
     if fit.max_batch_size and fit.max_batch_size < batch:

@@ -35,7 +35,7 @@ from collections.abc import Mapping
 
 from service.workloads.sources import ReadProblem, Sourced
 from service.workloads.training.files import ConfigFiles, parse_document
-from service.workloads.training.settings import Collected, ConfigUse, Setting
+from service.workloads.training.settings import Collected, ConfigUse, Setting, whole_number
 
 __all__ = [
     "accelerate_settings",
@@ -58,10 +58,12 @@ def truthy(value: object) -> bool:
     return str(value).strip().lower() in _TRUE
 
 
-def unknown_sharding(out: Collected, what: str, source: str) -> None:
-    """Sharding a config the request does not carry may set: priced unsharded (the most a GPU
-    could hold), with ZeRO-3 and full CPU offload as the floor (the least)."""
-    note = f"{what} is not in the request: priced without sharding or offload"
+def unknown_sharding(out: Collected, what: str, source: str, *, why: str = "") -> None:
+    """Sharding the service cannot read (a config the request does not carry, a distributed
+    type it does not model): priced unsharded (the most a GPU could hold), with ZeRO-3 and
+    full CPU offload as the floor (the least)."""
+    why = why or "is not in the request"
+    note = f"{what} {why}: priced without sharding or offload"
     out.set("zero_stage", Setting.unpriced(0, source, note, 3))
     out.set("offload_optimizer", Setting.unpriced(False, source, note, True))
     out.set("offload_parameters", Setting.unpriced(False, source, note, True))
@@ -272,7 +274,7 @@ def hf_fsdp_settings(
     config = {(k[5:] if k.startswith("fsdp_") else k): v for k, v in config.items()}
     version_value = config.get("version", 2)
     version = Sourced(
-        int(str(version_value)) if str(version_value).isdigit() else 2,
+        whole_number(version_value) or 2,
         f"{label} version" if "version" in config else "default (transformers: FSDP2)",
     )
     items = fsdp.value
@@ -358,11 +360,10 @@ def accelerate_settings(
         ("num_machines", "num_machines", "machines"),
     ):
         found = pick(flag, key)
-        if found is not None and str(found.value).lstrip("-").isdigit():
-            count = int(str(found.value))
-            if count > 0:
-                out.extra[name] = Sourced(count, found.source)
-                out.read(key, count, found.source, target="gpu_count")
+        count = whole_number(found.value, at_most=1 << 20) if found is not None else None
+        if found is not None and count:
+            out.extra[name] = Sourced(count, found.source)
+            out.read(key, count, found.source, target="gpu_count")
     mixed = pick("mixed_precision", "mixed_precision")
     if mixed is not None:
         word = str(mixed.value).lower()
@@ -393,7 +394,15 @@ def accelerate_settings(
             )
             return
         stage = pick("zero_stage", "zero_stage", "deepspeed_config")
-        stage_value = int(str(stage.value)) if stage is not None else 2
+        stage_value = whole_number(stage.value) if stage is not None else 2
+        if stage_value not in (0, 1, 2, 3):
+            problems.append(
+                ReadProblem(
+                    stage.source if stage else "",
+                    f"ZeRO stage {stage.value if stage else ''!r} is not 0-3",
+                )
+            )
+            return
         stage_source = stage.source if stage is not None else "default (accelerate: ZeRO stage 2)"
         out.read("zero_stage", stage_value, stage_source, target="zero_stage")
         out.set("zero_stage", Setting(stage_value, stage_source))
@@ -410,7 +419,7 @@ def accelerate_settings(
                 out.read(flag, device, source, target=field)
     elif kind.value == "FSDP":
         version = pick("fsdp_version", "fsdp_version", "fsdp_config")
-        version_value = int(str(version.value)) if version is not None else 1
+        version_value = (whole_number(version.value) or 1) if version is not None else 1
         strategy = pick("fsdp_reshard_after_forward", "fsdp_reshard_after_forward", "fsdp_config")
         if strategy is None:
             strategy = pick("fsdp_sharding_strategy", "fsdp_sharding_strategy", "fsdp_config")
@@ -446,4 +455,4 @@ def accelerate_settings(
             priced=False,
             note=f"{kind.value} is not modelled",
         )
-        unknown_sharding(out, f"distributed type {kind.value}", kind.source)
+        unknown_sharding(out, f"distributed type {kind.value}", kind.source, why="is not modelled")

@@ -17,7 +17,7 @@ from service.workloads.models import ModelRef
 from service.workloads.sources import ReadProblem, Sourced, Token
 from service.workloads.training.distributed import accelerate_settings
 from service.workloads.training.files import ConfigFiles
-from service.workloads.training.settings import Collected, Launch, TrainingCommand
+from service.workloads.training.settings import Collected, Launch, TrainingCommand, whole_number
 
 __all__ = [
     "ACCELERATE_SWITCHES",
@@ -137,8 +137,9 @@ def count(text: Sourced[str] | None, ctx: Context) -> Sourced[int | None] | None
         low = word.split(":", 1)[0]
         ctx.out.note(f"elastic node count {word} ({text.source}): judged at its minimum, {low}")
         word = low
-    if word.isdigit() and int(word) > 0:
-        return Sourced(int(word), text.source)
+    number = whole_number(word, at_most=1 << 20)
+    if number:
+        return Sourced(number, text.source)
     if word in ("gpu", "auto"):
         return Sourced(None, f"{text.source} ({word}: one per visible GPU)")
     ctx.problems.append(ReadProblem(text.source, f"{word!r} is not a process or node count"))

@@ -49,7 +49,13 @@ from service.workloads.training.recipe_clis import (
     llamafactory_train,
     tune_run,
 )
-from service.workloads.training.settings import Collected, ConfigUse, Launch, TrainingCommand
+from service.workloads.training.settings import (
+    Collected,
+    ConfigUse,
+    Launch,
+    TrainingCommand,
+    whole_number,
+)
 
 __all__ = ["find_training_command"]
 
@@ -183,13 +189,14 @@ def _read(
         return _module(launch, python_module, words[2], rest, ctx)
     if program.startswith(_PYTHON) and len(words) > 1 and words[1].text.endswith(".py"):
         world = env_count("WORLD_SIZE", ctx)
-        if world is not None and world.value.isdigit() and int(world.value) > 1:
+        ranks = whole_number(world.value, at_most=1 << 20) if world is not None else None
+        if world is not None and ranks is not None and ranks > 1:
             # One process per pod, WORLD_SIZE of them (the PyTorchJob operator's variable).
             launch = Launch(
                 "python",
                 head.source,
                 launch.nproc_per_node,
-                Sourced(int(world.value), world.source),
+                Sourced(ranks, world.source),
             )
         return _script(launch, words[1], words[2:], ctx)
     return None

@@ -15,6 +15,7 @@ does not fit even with every unpriced setting at its floor.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
@@ -34,6 +35,7 @@ __all__ = [
     "Setting",
     "TrainingCommand",
     "Value",
+    "whole_number",
 ]
 
 Value = int | float | str | bool | tuple[str, ...] | None
@@ -47,6 +49,20 @@ class ByModel:
 
     describe: str
     resolve: Callable[[str, str], Value]
+
+
+def whole_number(value: object, *, at_most: int = 10**9) -> int | None:
+    """A non-negative integer written as an int or as ASCII digits (``"8"``), at most
+    ``at_most``; None otherwise (``"auto"``, ``"²"``, a thousand digits, a bool)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if 0 <= value <= at_most else None
+    text = str(value).strip()
+    if not re.fullmatch(r"[0-9]{1,10}", text):
+        return None
+    number = int(text)
+    return number if number <= at_most else None
 
 
 class _Missing:
