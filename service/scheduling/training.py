@@ -344,9 +344,9 @@ def judge_training(
     if reading is None or isinstance(reading, ReadProblem):
         return None
     with_gpus = [w for w in reading.workloads if w.gpus is not None]
-    if not with_gpus:
-        return None
     warnings = [f"{prefix}not checked: {p.message()}"[:240] for p in reading.problems]
+    if not with_gpus:
+        return TrainingJudgement((), tuple(warnings), ()) if warnings else None
     denials: list[str] = []
     verdicts: list[str] = []
     plans, problems = _plans([(w, w.command) for w in with_gpus], catalogs, None, None, None)

@@ -331,3 +331,18 @@ def test_yaml_aliases_are_refused() -> None:
     words = [Token("sh", "c"), Token("-c", "c"), Token("llamafactory-cli train x.yaml", "command")]
     _, problems = find_training_command(words, None, ConfigFiles({"x.yaml": (bomb, "f")}))
     assert problems and "aliases" in problems[0].detail
+
+
+def test_a_deepspeed_precision_the_trainer_flags_contradict_is_a_problem() -> None:
+    # axolotl deepspeed_configs/zero3_bf16.json sets bf16.enabled true; a script run without
+    # --bf16 makes the HF Trainer refuse the mismatch (integrations/deepspeed.py fill_match).
+    words = [
+        Token("sh", "c"),
+        Token("-c", "c"),
+        Token("torchrun train.py --model_name_or_path m/x --deepspeed z3.json", "command"),
+    ]
+    files = ConfigFiles({"z3.json": (text("axolotl_zero3_bf16.json"), "files[z3.json]")})
+    _, problems = find_training_command(words, None, files)
+    assert [p.field for p in problems] == ["z3.json bf16.enabled"]
+    words[2] = Token(f"{words[2].text} --bf16", "command")
+    assert find_training_command(words, None, files)[1] == []

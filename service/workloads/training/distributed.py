@@ -177,7 +177,11 @@ def deepspeed_settings(
             source = f"{label} {precision}.enabled"
             if flag == "auto":
                 out.read(f"{precision}.enabled", "auto", source, note="follows the Trainer's flags")
-            elif truthy(flag):
+                continue
+            # The HF Trainer refuses a value that differs from its own flag (transformers
+            # integrations/deepspeed.py HfTrainerDeepSpeedConfig.fill_match).
+            out.extra[f"deepspeed_{precision}"] = Sourced(truthy(flag), source)
+            if truthy(flag):
                 out.read(f"{precision}.enabled", True, source, target="precision")
                 out.extra["mixed_precision"] = Sourced(precision, source)
     micro = doc.get("train_micro_batch_size_per_gpu")

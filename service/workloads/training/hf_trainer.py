@@ -184,6 +184,18 @@ def read_hf_trainer(
     elif "mixed_precision" in out.extra:
         found = out.extra["mixed_precision"]
         mixed, mixed_source = str(found.value), found.source
+    for name, flag in (("bf16", bf16), ("fp16", fp16)):
+        explicit = out.extra.get(f"deepspeed_{name}")
+        if explicit is not None and bool(explicit.value) != bool(flag.value):
+            problems.append(
+                ReadProblem(
+                    explicit.source,
+                    f"the DeepSpeed config sets {name}.enabled {explicit.value} but the "
+                    f"Trainer's {name} is {flag.value} ({flag.source}): the Trainer refuses the "
+                    "mismatch",
+                    f"set {name}.enabled to auto",
+                )
+            )
     stage = out.settings.get("zero_stage")
     sharded = stage is not None and stage.value not in (0, None)
     precision = precision_setting(
