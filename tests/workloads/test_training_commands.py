@@ -346,3 +346,16 @@ def test_a_deepspeed_precision_the_trainer_flags_contradict_is_a_problem() -> No
     assert [p.field for p in problems] == ["z3.json bf16.enabled"]
     words[2] = Token(f"{words[2].text} --bf16", "command")
     assert find_training_command(words, None, files)[1] == []
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "python -m vllm.entrypoints.openai.api_server --model m/x --dtype bfloat16",
+        "python3 -m sglang.launch_server --model-path m/x --dtype bfloat16",
+        "python serve.py --dtype bfloat16 --bf16",
+    ],
+)
+def test_serving_and_other_scripts_are_no_trainers(command: str) -> None:
+    words = [Token("sh", "c"), Token("-c", "c"), Token(command, "command")]
+    assert find_training_command(words, None, ConfigFiles())[0] is None

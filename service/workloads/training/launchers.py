@@ -60,6 +60,23 @@ from service.workloads.training.settings import (
 __all__ = ["find_training_command"]
 
 _PYTHON = ("python", "python3")
+# Serving engines' packages: their modules take flags (``--dtype``) a trainer also takes.
+_SERVING_PACKAGES = frozenset({"vllm", "sglang"})
+# Flags that make an unknown script a Hugging Face trainer (a serving or other script may take
+# ``--dtype`` or ``--bf16`` too).
+_TRAINER_EVIDENCE = frozenset(
+    {
+        "model_name_or_path",
+        "per_device_train_batch_size",
+        "gradient_accumulation_steps",
+        "gradient_checkpointing",
+        "deepspeed",
+        "fsdp",
+        "optim",
+        "use_peft",
+        "lora_r",
+    }
+)
 _TRL_COMMANDS = frozenset({"sft", "dpo", "grpo", "kto", "reward", "rloo"})
 # TRL's bundled accelerate configs (huggingface/trl trl/accelerate_configs/*.yaml): the keys
 # that matter here.
@@ -220,6 +237,8 @@ def _target(
 def _module(
     launch: Launch, module: str, where: Token, rest: list[Token], ctx: Context
 ) -> tuple[TrainingCommand, list[ReadProblem]] | None:
+    if module.split(".", 1)[0] in _SERVING_PACKAGES:
+        return None
     if module in ("axolotl.cli.train",):
         return axolotl_train(where, rest, ctx, launch)
     if module in ("llamafactory.cli", "llamafactory.launcher") and rest and rest[0].text == "train":
@@ -265,7 +284,7 @@ def _hf(
         return training_command(
             "trl" if trl else "transformers", entry, where, launch, None, ctx, problem=args
         )
-    if need_flags and not args.values:
+    if need_flags and not _TRAINER_EVIDENCE & set(args.values):
         return None
     values = dict(args.values)
     config = next((a for a in args.ignored if a.words[0] == "--config" and len(a.words) == 2), None)
