@@ -33,6 +33,7 @@ from service.estimator.engines import get_engine
 from service.scheduling.check import Check, check_plan
 from service.scheduling.plan import Plan
 from service.scheduling.preflight import Overrides, WorkloadUnreadable, plans_for_object
+from service.scheduling.training import judge_training
 from service.workloads.admission import (
     AdmissionRequest,
     AdmissionResponse,
@@ -161,6 +162,22 @@ def decide(
     mode, mode_warning = _mode(obj, default)
     if mode == "off":
         return allowed
+    # Training jobs: the same decision from the training judgement.
+    training = judge_training(obj, catalogs, metrics, PREFIX)
+    if training is not None:
+        warned = (*([mode_warning] if mode_warning else []), *training.warnings)
+        audit = {"verdict": ",".join(dict.fromkeys(training.verdicts))} if training.verdicts else {}
+        if training.denials and mode == "deny":
+            return AdmissionResponse(
+                uid=request.uid,
+                allowed=False,
+                code=403,
+                reason="Forbidden",
+                message="GPU memory check (" + MODE_KEY + "=deny): " + " | ".join(training.denials),
+                warnings=warned,
+                audit_annotations=audit,
+            )
+        return AdmissionResponse(request.uid, True, warnings=warned, audit_annotations=audit)
     reading = read_workloads(obj)
     if isinstance(reading, ReadProblem):
         return allowed
