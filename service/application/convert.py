@@ -10,6 +10,7 @@ from types import MappingProxyType
 from typing import Any
 
 from service.estimator.inference import InferenceRequest
+from service.estimator.speculative import Speculative
 from service.estimator.training import FinetuneRequest, LoraSpec
 from service.schemas.estimates import FinetuneRequestBody, InferenceRequestBody
 
@@ -22,8 +23,11 @@ def _engine_options(body: InferenceRequestBody) -> MappingProxyType[str, Any]:
     return MappingProxyType(body.engine_options.model_dump(exclude_none=True))
 
 
-def inference_request(body: InferenceRequestBody) -> InferenceRequest:
-    """The workload of ``body``; the architecture and GPU memory are set by the answer."""
+def inference_request(
+    body: InferenceRequestBody, speculative: Speculative | None = None
+) -> InferenceRequest:
+    """The workload of ``body``; the architecture and GPU memory are set by the answer, the
+    drafter (``speculative``) by :func:`~service.application.resolve.resolve_speculative`."""
     return InferenceRequest(
         architecture=None,
         weight_format=body.weight_format,
@@ -39,6 +43,9 @@ def inference_request(body: InferenceRequestBody) -> InferenceRequest:
         engine_options=_engine_options(body),
         tensor_parallel_size=body.tensor_parallel_size,
         pipeline_parallel_size=body.pipeline_parallel_size,
+        data_parallel_size=body.data_parallel_size,
+        expert_parallel=body.expert_parallel,
+        speculative=speculative,
         attention=body.attention,
     )
 

@@ -53,6 +53,7 @@ def _layout(layout: Layout) -> LayoutOut:
         tensor_parallel_size=layout.tensor,
         pipeline_parallel_size=layout.pipeline,
         data_parallel_size=layout.data,
+        expert_parallel_size=layout.expert,
     )
 
 

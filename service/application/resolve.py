@@ -16,13 +16,15 @@ from service.catalog.model_catalog import ModelCatalog, NameMatch
 from service.estimator.answer import ModelResolution, ModelSpec
 from service.estimator.checkpoint import CheckpointWeights
 from service.estimator.engines.llamacpp import gguf_weights_for_preset
+from service.estimator.errors import EstimatorError, InvalidRequest
 from service.estimator.gpu import GpuSpec
 from service.estimator.memo import memoized
 from service.estimator.model import Architecture, ParameterCounts, read_config
+from service.estimator.speculative import METHODS, Speculative
 from service.model_store import StoreEntry, StoreIndex
-from service.schemas.estimates import ModelSelector
+from service.schemas.estimates import ModelSelector, SpeculativeOptions
 
-__all__ = ["ad_hoc_gpu", "resolve_gpu", "resolve_model"]
+__all__ = ["ad_hoc_gpu", "resolve_gpu", "resolve_model", "resolve_speculative"]
 
 
 def resolve_model(
@@ -181,6 +183,41 @@ def _gguf_model(
         checkpoint=checkpoint,
         notes=tuple(notes),
         resolution=resolution,
+    )
+
+
+def resolve_speculative(
+    options: SpeculativeOptions | None, catalog: ModelCatalog, store: StoreIndex | None = None
+) -> Speculative | None:
+    """The drafter a request names: a posted config, a catalog or store model; an EAGLE or
+    MTP head that is not found is derived from the target (the estimator says so), a draft
+    model that is not found is refused, naming the field."""
+    if options is None:
+        return None
+    draft: Architecture | None = None
+    label = options.model
+    if options.hf_config is not None:
+        try:
+            draft = read_config(options.hf_config)
+        except EstimatorError as exc:
+            raise InvalidRequest(exc.detail, field="speculative.hf_config") from None
+        label = label or f"posted {draft.model_type}"
+    elif options.model is not None:
+        try:
+            draft = _named_model(options.model, catalog, store).architecture
+        except EstimatorError as exc:
+            if METHODS.get(options.method):
+                raise InvalidRequest(
+                    f"draft model {options.model[:100]!r}: {exc.detail}; post its config.json "
+                    "as speculative.hf_config",
+                    field="speculative.model",
+                ) from None
+    return Speculative(
+        method=options.method,
+        num_tokens=options.num_speculative_tokens,
+        draft=draft,
+        draft_tp=options.draft_tensor_parallel_size,
+        label=label,
     )
 
 

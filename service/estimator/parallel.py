@@ -15,6 +15,7 @@ from service.estimator.model import Architecture
 __all__ = [
     "MAX_GPU_COUNT",
     "MAX_PARALLEL",
+    "ExpertLayout",
     "Layout",
     "pp_layer_partition",
     "splits",
@@ -29,11 +30,14 @@ MAX_PARALLEL = 1_024
 
 @dataclass(frozen=True, slots=True)
 class Layout:
-    """Tensor, pipeline and data parallel sizes of one deployment."""
+    """Tensor, pipeline and data parallel sizes of one deployment, and the expert-parallel
+    group its routed experts are spread over (1: none, the experts follow tensor
+    parallelism)."""
 
     tensor: int = 1
     pipeline: int = 1
     data: int = 1
+    expert: int = 1
 
     @property
     def model_gpus(self) -> int:
@@ -43,6 +47,28 @@ class Layout:
     @property
     def gpus(self) -> int:
         return self.tensor * self.pipeline * self.data
+
+
+@dataclass(frozen=True, slots=True)
+class ExpertLayout:
+    """How a MoE model's routed experts sit on the GPUs of one pipeline stage.
+
+    ``tensor`` is how many ways each expert's width is split (column/row parallel, as the
+    dense layers are), ``expert`` how many ranks the experts themselves are divided among
+    (expert parallelism: whole experts per rank), ``redundant`` the extra physical copies an
+    expert-load balancer adds (vLLM's EPLB ``num_redundant_experts``). An engine says which
+    applies (vLLM flattens TP × DP into one group for its MoE layers:
+    ``FusedMoEParallelConfig.make``).
+    """
+
+    tensor: int = 1
+    expert: int = 1
+    redundant: int = 0
+
+    def local_experts(self, num_experts: int) -> int:
+        """Experts on the most loaded rank: vLLM's ``determine_expert_map`` gives the first
+        ``(E + R) mod ep`` ranks one more than ``(E + R) // ep``."""
+        return -(-(num_experts + self.redundant) // self.expert)
 
 
 def pp_layer_partition(num_layers: int, pp: int) -> tuple[int, ...]:

@@ -21,7 +21,12 @@ from pydantic import ValidationError
 from service.application.convert import inference_request
 from service.application.estimate_service import Catalogs, run_estimate
 from service.application.metrics import Metrics
-from service.application.resolve import ad_hoc_gpu, resolve_gpu, resolve_model
+from service.application.resolve import (
+    ad_hoc_gpu,
+    resolve_gpu,
+    resolve_model,
+    resolve_speculative,
+)
 from service.estimator import memo
 from service.estimator.answer import ModelSpec
 from service.estimator.errors import EstimatorError
@@ -134,7 +139,8 @@ def prepare(plan: Plan, catalogs: Catalogs) -> Prepared | ReadProblem:
         return ReadProblem(_field_source(plan, field), str(first.get("msg", "invalid value")))
     try:
         model = resolve_model(body, catalogs.models, catalogs.store)
-        return Prepared(plan, body, model, inference_request(body))
+        speculative = resolve_speculative(body.speculative, catalogs.models, catalogs.store)
+        return Prepared(plan, body, model, inference_request(body, speculative))
     except EstimatorError as exc:
         return _problem(plan, exc)
 

@@ -17,7 +17,7 @@ from pydantic import (
 )
 from typing_extensions import TypedDict
 
-from service.estimator import training
+from service.estimator import speculative, training
 from service.estimator.engines import ENGINES, REGISTRY, all_options
 from service.estimator.formats import KV_CACHE_DTYPES, WEIGHT_FORMATS
 from service.estimator.inference.setup import ATTENTION
@@ -45,6 +45,7 @@ LossImplementation = Literal[training.LOSS_IMPLEMENTATIONS]  # type: ignore[vali
 ShardingImplementation = Literal[training.SHARDING_IMPLEMENTATIONS]  # type: ignore[valid-type]
 KbitPreparation = Literal[training.KBIT_PREPARATIONS]  # type: ignore[valid-type]
 EstimatorName = Literal["detailed", "simple"]
+SpeculativeMethod = Literal[tuple(speculative.METHODS)]  # type: ignore[valid-type]
 
 # Bounds: generous for any real deployment, tight enough that no request is unbounded work.
 MAX_TOKENS = 10**9  # batch × sequence (× concurrency) tokens in one request
@@ -194,6 +195,51 @@ EngineOptions: type[RequestModel] = create_model(  # type: ignore[call-overload]
 )
 
 
+class SpeculativeOptions(RequestModel):
+    """Speculative decoding: the drafter the engine loads beside the target."""
+
+    method: SpeculativeMethod = Field(  # type: ignore[valid-type]
+        description="`draft_model` (a separate small model), `eagle`, `eagle3`, `mtp` (the "
+        "checkpoint's multi-token-prediction layer), `ngram`, `suffix` (no weights)."
+    )
+    model: str | None = Field(
+        None,
+        min_length=1,
+        max_length=200,
+        description="The drafter: a catalog or store model id (a draft model, or an EAGLE "
+        "head whose config the service holds). EAGLE and MTP heads not given are derived "
+        "from the target.",
+        examples=["meta-llama/Llama-3.2-1B-Instruct"],
+    )
+    hf_config: dict[str, Any] | None = Field(
+        None, description="The drafter's `config.json`, posted as is (instead of `model`)."
+    )
+    num_speculative_tokens: int = Field(
+        1, ge=1, le=64, description="Tokens proposed per step (changes batches, not memory)."
+    )
+    draft_tensor_parallel_size: int | None = Field(
+        None, ge=1, le=MAX_PARALLEL, description="The drafter's TP: the target's (default) or 1."
+    )
+
+    @field_validator("hf_config")
+    @classmethod
+    def _bounded_config(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            depth, size = json_depth_and_size(value)
+            if depth > MAX_CONFIG_DEPTH or size > MAX_CONFIG_KEYS:
+                raise ValueError(
+                    f"config too deep or too large (at most {MAX_CONFIG_DEPTH} levels and "
+                    f"{MAX_CONFIG_KEYS} keys)"
+                )
+        return value
+
+    @model_validator(mode="after")
+    def _one_drafter(self) -> SpeculativeOptions:
+        if self.model is not None and self.hf_config is not None:
+            raise ValueError("name the drafter with one of `model` or `hf_config`, not both")
+        return self
+
+
 class InferenceRequestBody(ModelSelector):
     """Memory to serve a model."""
 
@@ -248,6 +294,24 @@ class InferenceRequestBody(ModelSelector):
     )
     tensor_parallel_size: int = Field(1, ge=1, le=MAX_PARALLEL)
     pipeline_parallel_size: int = Field(1, ge=1, le=MAX_PARALLEL)
+    data_parallel_size: int = Field(
+        1,
+        ge=1,
+        le=MAX_PARALLEL,
+        description="Data-parallel ranks, each a TP × PP group (vLLM's --data-parallel-size). "
+        "A MoE model's expert layers span all of them (vLLM flattens TP × DP for its MoE "
+        "layers); a dense model's ranks are independent copies.",
+    )
+    speculative: SpeculativeOptions | None = Field(
+        None,
+        description="Speculative decoding (vLLM --speculative-config, SGLang "
+        "--speculative-algorithm): the drafter's weights and its KV per token are added.",
+    )
+    expert_parallel: bool = Field(
+        False,
+        description="Expert parallelism (vLLM's --enable-expert-parallel): the routed experts "
+        "are divided whole among the TP × DP GPUs instead of split in width.",
+    )
     gpu: str | None = Field(
         None,
         min_length=1,
@@ -465,6 +529,9 @@ class LayoutOut(ResponseModel):
     tensor_parallel_size: int = Field(description="GPUs one layer is split over.")
     pipeline_parallel_size: int = Field(description="Stages the layers are split into.")
     data_parallel_size: int = Field(description="Replicas of the model.")
+    expert_parallel_size: int = Field(
+        1, description="GPUs the routed experts are divided among (1: no expert parallelism)."
+    )
 
 
 class FitOut(ResponseModel):

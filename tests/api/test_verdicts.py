@@ -174,6 +174,7 @@ def test_mig_slices_are_not_pooled(api: TestClient) -> None:
         "tensor_parallel_size": 1,
         "pipeline_parallel_size": 1,
         "data_parallel_size": 1,
+        "expert_parallel_size": 1,
     }
     # Replicas on slices are separate processes: that runs.
     replicas = infer(
@@ -309,6 +310,21 @@ def _valid_value(name: str) -> Any:
         "mxfp4_backend": "marlin",
         "sampler": "flashinfer",
         "limit_mm_per_prompt": 1,
+        "all2all_backend": "deepep_low_latency",
+        "enable_eplb": True,
+        "num_redundant_experts": 0,
+        "enable_lora": True,
+        "max_loras": 2,
+        "max_lora_rank": 32,
+        "max_cpu_loras": 4,
+        "lora_dtype": "bfloat16",
+        "fully_sharded_loras": True,
+        "cpu_offload_gb": 1.0,
+        "kv_cache_memory_bytes": 2**30,
+        "num_gpu_blocks_override": 1000,
+        "swap_space": 2.0,
+        "kv_offloading_size": 8.0,
+        "kv_offloading_backend": "lmcache",
     }[name]
 
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from service.estimator.engines.overhead import OverheadTerms, framework_overhead
 from service.estimator.errors import InvalidRequest
 from service.estimator.memo import memoized
+from service.estimator.parallel import ExpertLayout
 from service.estimator.units import GIB, normalize_dtype
 from service.estimator.weights import Placement
 
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from service.estimator.weights import WeightLayout
 
 __all__ = [
+    "DataParallelPlan",
     "DtypeChoice",
     "Engine",
     "EngineContext",
@@ -41,6 +43,7 @@ __all__ = [
     "Option",
     "StageArgs",
     "StageBuild",
+    "WeightOffload",
     "WeightSplit",
     "activation_dtype",
     "tp_sizes_dividing_widths",
@@ -216,6 +219,41 @@ class StageBuild:
     extra_weights: int = 0
     fixed_kv: int = 0
     host_bytes: int = 0
+    # A KV pool the caller fixed (None: the engine sizes it from its budget).
+    kv_pool: int | None = None
+    # Host memory one GPU's worker process holds for this stage (pinned offload, adapter
+    # caches, swap), beside ``host_bytes`` (the engine process's own, llama.cpp).
+    host_per_gpu: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class DataParallelPlan:
+    """What data and expert parallelism change on one GPU of a replica.
+
+    ``experts``: how the routed experts are spread (None: split by TP like the dense
+    layers); ``nccl``: the communicators of the data- and expert-parallel groups beyond the
+    TP and PP ones; ``all_to_all``: the buffers the MoE dispatch/combine backend allocates;
+    ``moe_token_factor``: how many times a rank's own tokens a MoE layer processes (vLLM's
+    all-gather backends hand every DP rank's tokens to every rank's experts).
+    """
+
+    experts: ExpertLayout | None = None
+    nccl: int = 0
+    all_to_all: int = 0
+    moe_token_factor: int = 1
+    notes: tuple[str, ...] = ()
+    # What was read but is not priced (a warning, never a refusal, downstream).
+    unpriced: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class WeightOffload:
+    """Weights moved off one GPU of each stage into host memory, the most of them one decoder
+    layer holds, and what was done."""
+
+    per_stage: tuple[int, ...]
+    largest_layer: int
+    note: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -347,6 +385,32 @@ class Engine:
         """The longest sequence the engine is configured for (None: no such limit)."""
         return None
 
+    def offload(
+        self, arch: Architecture, s: EngineSettings, layout: WeightLayout, pp: int
+    ) -> WeightOffload | None:
+        """Weights the engine keeps in host memory instead of on the GPUs (None: none)."""
+        return None
+
+    def data_parallel(
+        self,
+        arch: Architecture,
+        s: EngineSettings,
+        tp: int,
+        dp: int,
+        expert_parallel: bool,
+        gpu: GpuSpec | None,
+    ) -> DataParallelPlan:
+        """What ``dp`` replicas (and expert parallelism) change per GPU. Plain PyTorch: each
+        replica is an independent copy; it has no expert parallelism."""
+        if expert_parallel:
+            raise InvalidRequest(
+                f"engine {self.name!r} has no expert parallelism; drop expert_parallel",
+                field="expert_parallel",
+            )
+        if dp > 1:
+            return DataParallelPlan(notes=(f"{dp} data-parallel replicas, each a full copy",))
+        return DataParallelPlan()
+
     def overheads(
         self, s: EngineSettings, tp: int, pp: int, layers_on_gpu: int, gpu: GpuSpec | None
     ) -> tuple[OverheadTerms, OverheadTerms]:
@@ -411,3 +475,11 @@ class StageArgs:
     layers: int = 0  # decoder layers on this stage
     index: int = 0  # the stage's place in the pipeline, first 0
     pp: int = 1
+    # Data and expert parallelism: how the routed experts sit, how many times a rank's own
+    # tokens a MoE layer works on.
+    experts: ExpertLayout | None = None
+    moe_token_factor: int = 1
+    # Weights the engine offloaded to host memory from this GPU, and the most of them one
+    # decoder layer holds.
+    offloaded_bytes: int = 0
+    offloaded_layer_bytes: int = 0

@@ -152,6 +152,8 @@ class OverheadTerms:
     activations: int = 0
     # SGLang's req_to_token table, allocated after the pool is sized.
     request_table: int = 0
+    # A MoE dispatch/combine backend's buffers (DeepEP), per GPU.
+    all_to_all: int = 0
 
     @property
     def total(self) -> int:
@@ -162,6 +164,7 @@ class OverheadTerms:
             + self.cuda_graphs
             + self.activations
             + self.request_table
+            + self.all_to_all
         )
 
     def lines(self) -> list[str]:
@@ -181,6 +184,8 @@ class OverheadTerms:
             out.append(f"forward activations {self.activations / GIB:.2f} GiB per GPU")
         if self.request_table:
             out.append(f"request-to-token table {self.request_table / GIB:.2f} GiB per GPU")
+        if self.all_to_all:
+            out.append(f"MoE all-to-all buffers {self.all_to_all / GIB:.2f} GiB per GPU")
         return out
 
 

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 
 from service.estimator.engines.base import EngineContext, Option, OptionValue
 from service.estimator.engines.mxfp4_storage import BACKENDS
+from service.estimator.engines.vllm_features import LORA_DTYPES
+from service.estimator.engines.vllm_parallel import ALL2ALL_BACKENDS
 from service.estimator.engines.vllm_profile import SAMPLER_CHOICES
 from service.estimator.engines.vllm_versions import LINES, NEWEST, VllmLine, line_for
 from service.estimator.errors import InvalidRequest
@@ -249,6 +251,133 @@ OPTIONS: tuple[Option, ...] = (
         low=0,
         high=1 << 20,
         flag="--limit-mm-per-prompt",
+    ),
+    Option(
+        "all2all_backend",
+        str,
+        "vLLM: how expert-parallel MoE layers dispatch tokens (--all2all-backend; "
+        "VLLM_ALL2ALL_BACKEND before 0.13): the gather backends give each rank every DP "
+        "rank's tokens, DeepEP allocates its NVLink/RDMA buffers.",
+        default="allgather_reducescatter",
+        choices=ALL2ALL_BACKENDS,
+        flag="--all2all-backend",
+    ),
+    Option(
+        "enable_eplb",
+        bool,
+        "vLLM: expert-parallel load balancing (adds num_redundant_experts physical experts).",
+        default=False,
+        flag="--enable-eplb",
+    ),
+    Option(
+        "enable_lora",
+        bool,
+        "vLLM: LoRA adapters; max_loras slots of max_lora_rank are allocated on every "
+        "supported module before the KV cache is sized.",
+        default=False,
+        flag="--enable-lora",
+    ),
+    Option(
+        "max_loras",
+        int,
+        "vLLM: adapters served in one batch (GPU slots).",
+        default=1,
+        low=1,
+        high=1024,
+        flag="--max-loras",
+    ),
+    Option(
+        "max_lora_rank",
+        int,
+        "vLLM: the largest adapter rank; every slot is allocated at it.",
+        default=16,
+        choices=(1, 8, 16, 32, 64, 128, 256, 320, 512),
+        flag="--max-lora-rank",
+    ),
+    Option(
+        "max_cpu_loras",
+        int,
+        "vLLM: adapters kept in each worker's CPU cache (host memory; default max_loras).",
+        low=1,
+        high=1 << 16,
+        flag="--max-cpu-loras",
+    ),
+    Option(
+        "lora_dtype",
+        str,
+        "vLLM: the dtype of the LoRA slots (`auto`: the model's).",
+        default="auto",
+        choices=tuple(LORA_DTYPES),
+        flag="--lora-dtype",
+    ),
+    Option(
+        "fully_sharded_loras",
+        bool,
+        "vLLM: shard both LoRA matrices over TP (the rank of column layers' A, the output of "
+        "row layers' B).",
+        default=False,
+        flag="--fully-sharded-loras",
+    ),
+    Option(
+        "cpu_offload_gb",
+        float,
+        "vLLM: GiB of weights per GPU kept in pinned host memory (decoder-layer parameters in "
+        "order until the budget).",
+        default=0.0,
+        low=0.0,
+        high=1 << 20,
+        flag="--cpu-offload-gb",
+    ),
+    Option(
+        "kv_cache_memory_bytes",
+        int,
+        "vLLM (0.11+): a KV pool of this many bytes per GPU instead of the utilization budget.",
+        low=1,
+        high=1 << 50,
+        flag="--kv-cache-memory-bytes",
+    ),
+    Option(
+        "num_gpu_blocks_override",
+        int,
+        "vLLM: the KV pool's block count, whatever the budget leaves.",
+        low=1,
+        high=1 << 30,
+        flag="--num-gpu-blocks-override",
+    ),
+    Option(
+        "swap_space",
+        float,
+        "vLLM V0 lines: GiB of pinned host memory per GPU for swapped-out KV blocks (V1 "
+        "allocates none).",
+        default=4.0,
+        low=0.0,
+        high=1 << 20,
+        flag="--swap-space",
+    ),
+    Option(
+        "kv_offloading_size",
+        float,
+        "vLLM (0.12+): GiB of host memory for offloaded KV blocks, for the whole TP × PP group.",
+        low=0.0,
+        high=1 << 20,
+        flag="--kv-offloading-size",
+    ),
+    Option(
+        "kv_offloading_backend",
+        str,
+        "vLLM: the KV offload backend (`native` or `lmcache`).",
+        default="native",
+        choices=("native", "lmcache"),
+        flag="--kv-offloading-backend",
+    ),
+    Option(
+        "num_redundant_experts",
+        int,
+        "vLLM: EPLB's redundant expert copies per MoE layer, spread over the EP ranks "
+        "(--eplb-config num_redundant_experts; --num-redundant-experts in 0.10-0.11).",
+        default=0,
+        low=0,
+        high=1 << 16,
     ),
 )
 

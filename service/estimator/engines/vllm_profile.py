@@ -139,9 +139,18 @@ def activation_quantized(kind: str, gpu: GpuSpec | None) -> bool:
 
 
 def _layer_moment(
-    arch: Architecture, c: ForwardCoefficients, line: VllmLine, tp: int, t: int, quant: bool
+    arch: Architecture,
+    c: ForwardCoefficients,
+    line: VllmLine,
+    tp: int,
+    t: int,
+    quant: bool,
+    moe_tp: int | None = None,
+    moe_tokens: int | None = None,
 ) -> tuple[float, float]:
-    """(transient, persistent) bytes of the widest layer moment beyond the residual stream."""
+    """(transient, persistent) bytes of the widest layer moment beyond the residual stream;
+    a MoE layer's experts split ``moe_tp`` ways (default ``tp``) over ``moe_tokens`` tokens
+    (default ``t``: data-parallel gathering hands it more)."""
     d = c.dtype_bytes
     attention, dense = dense_widths(arch, tp)
     widest = max(attention, 0.0) * d * t
@@ -158,7 +167,13 @@ def _layer_moment(
             per = dense * d
         widest = max(widest, per * t)
     moe = moe_buffers(
-        arch, tp, t, d, line.moe, chunk=line.moe_chunk_tokens, quantized_activations=quant
+        arch,
+        moe_tp or tp,
+        moe_tokens or t,
+        d,
+        line.moe,
+        chunk=line.moe_chunk_tokens,
+        quantized_activations=quant,
     )
     return max(widest, moe.transient), moe.persistent
 
@@ -177,6 +192,8 @@ def profile_peak(
     gpu: GpuSpec | None,
     mm_limit: int | None,
     sampler_kind: str = "auto",
+    moe_tp: int | None = None,
+    moe_token_factor: int = 1,
 ) -> ProfileRun:
     """The profiling run of one GPU of a stage under ``line``; ``sampler_kind`` ``flashinfer``
     replaces a V1 line's top-k/top-p by FlashInfer's (V0 runs it only on request through an
@@ -196,7 +213,9 @@ def profile_peak(
             "its sort-based sampler"
         )
     quant = activation_quantized(weight_kind, gpu)
-    transient, persistent = _layer_moment(arch, c, line, tp, t, quant)
+    transient, persistent = _layer_moment(
+        arch, c, line, tp, t, quant, moe_tp=moe_tp, moe_tokens=t * moe_token_factor
+    )
     forward = c.dtype_bytes * HIDDEN_TENSORS * arch.hidden_size * t + transient
     kind = "flashinfer" if flashinfer else line.sampler
     per_logit = c.dtype_bytes + _SAMPLER_BYTES[kind]

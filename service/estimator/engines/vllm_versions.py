@@ -113,6 +113,8 @@ class VllmLine:
     # 0.11.2: each dummy image's encoder output spans the whole encoder budget.
     encoder_output_spans_budget: bool = False
     mxfp4_hopper: Literal["marlin", "triton"] = "triton"
+    # 0.12 on: LoRA slots on the routed experts too (vllm/lora/layers/fused_moe.py).
+    moe_lora: bool = False
     notes: tuple[str, ...] = ()
 
     @property
@@ -176,6 +178,7 @@ _V0_13 = _after(
         "0.12.0 expands each dummy image's encoder output per item during the profiling "
         "run, 0.13 does not: modelled as 0.13",
     ),
+    moe_lora=True,
 )
 _V0_16 = _after(
     _V0_13,

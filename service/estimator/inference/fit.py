@@ -93,6 +93,19 @@ def min_gpu_count(req: InferenceRequest) -> tuple[int | None, Layout | None, str
     return cached("min_gpu_count", key, lambda: search_min_gpu_count(req))
 
 
+def _with_data_parallel(
+    req: InferenceRequest, found: tuple[int | None, Layout | None, str | None]
+) -> tuple[int | None, Layout | None, str | None]:
+    """A TP × PP search result at the request's data-parallel size: every DP rank holds such
+    a group (the routed experts divided over all of them with expert parallelism)."""
+    count, layout, note = found
+    dp = req.data_parallel_size
+    if dp == 1 or count is None or layout is None:
+        return found
+    ep = layout.tensor * dp if req.expert_parallel else 1
+    return count * dp, Layout(layout.tensor, layout.pipeline, dp, ep), note
+
+
 def search_min_gpu_count(req: InferenceRequest) -> tuple[int | None, Layout | None, str | None]:
     """The fewest GPUs (a runnable TP × PP split) on which the request fits, its layout, and a
     note when none was found.
@@ -138,14 +151,22 @@ def search_min_gpu_count(req: InferenceRequest) -> tuple[int | None, Layout | No
 
 def _layout_for_count(req: InferenceRequest, gpu_count: int | None) -> tuple[Layout, str]:
     """The layout judged for the GPUs the caller gave, and a note when it was chosen here."""
-    tp, pp = req.tensor_parallel_size, req.pipeline_parallel_size
-    if gpu_count is None or gpu_count == tp * pp:
-        return Layout(tp, pp), ""
+    tp, pp, dp = req.tensor_parallel_size, req.pipeline_parallel_size, req.data_parallel_size
+    ep = tp * dp if req.expert_parallel else 1
+    if gpu_count is None or gpu_count == tp * pp * dp:
+        return Layout(tp, pp, dp, ep), ""
     positive_int(gpu_count, "gpu_count", MAX_GPU_COUNT)
-    if tp * pp > 1:
-        if gpu_count % (tp * pp):
+    if tp * pp * dp > 1:
+        if gpu_count % (tp * pp * dp):
             raise InvalidRequest(
-                f"gpu_count {gpu_count} is not a multiple of TP × PP = {tp * pp}",
+                f"gpu_count {gpu_count} is not a multiple of TP × PP × DP = {tp * pp * dp}",
+                field="gpu_count",
+            )
+        if dp > 1 or req.expert_parallel:
+            raise InvalidRequest(
+                f"gpu_count {gpu_count} differs from the layout's TP {tp} × PP {pp} × DP {dp} "
+                f"= {tp * pp * dp} GPUs; with data or expert parallelism give the GPUs as "
+                "data_parallel_size",
                 field="gpu_count",
             )
         replicas = gpu_count // (tp * pp)
@@ -296,6 +317,9 @@ def fit_inference(req: InferenceRequest, gpu_label: str, gpu_count: int | None) 
     # Every sequence holds at least its full-attention layers' KV cache for all its tokens, on
     # every stage: an upper bound on the length that shortens the search.
     room = usable - max(st.base for st in setup.stages)
+    pools = [st.kv_pool - st.fixed_kv for st in setup.stages if st.kv_pool is not None]
+    if pools:
+        room = min(pools)
     rate = max(st.kv.layer_token_bytes * st.kv.full_layers for st in setup.stages)
     per_token = rate * req.batch_size * req.concurrency
     if per_token and room >= 0:
@@ -303,7 +327,7 @@ def fit_inference(req: InferenceRequest, gpu_label: str, gpu_count: int | None) 
     max_seq = None
     if max_batch is not None:
         max_seq = largest_fitting(lambda s: fits_at(req.batch_size, s), s_hi)
-    min_count, min_layout, note = min_gpu_count(req)
+    min_count, min_layout, note = _with_data_parallel(req, min_gpu_count(req))
     if note:
         notes.append(note)
     if verdict.detail:
