@@ -78,6 +78,7 @@ def render_estimate(kind: str, model: ModelSpec, answer: Answer) -> EstimateResp
             max_sequence_length=fit.max_sequence_length,
             min_gpu_layout=_layout(fit.min_gpu_layout) if fit.min_gpu_layout else None,
             engine_args=None if fit.engine_args is None else list(fit.engine_args),
+            min_gpu_layout_reason=fit.min_gpu_layout_reason,
         ),
         capacity=None
         if cap is None

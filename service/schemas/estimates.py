@@ -456,7 +456,8 @@ class FitOut(ResponseModel):
     fits: bool = Field(description="Whether the request fits as asked.")
     headroom_bytes: int = Field(description="usable − required; negative when it does not fit.")
     min_gpu_count: int | None = Field(
-        description="Fewest GPUs of a layout the engine can run on which it fits; null if none."
+        description="Fewest GPUs on which it fits, in a layout operators run (see "
+        "`min_gpu_layout_reason`); null if none."
     )
     min_gpu_layout: LayoutOut | None = Field(
         description="The layout of `min_gpu_count`: posted back as tensor_parallel_size and "
@@ -469,6 +470,13 @@ class FitOut(ResponseModel):
     )
     max_batch_size: int | None = Field(description="Largest batch that fits; null if none.")
     max_sequence_length: int | None = Field(description="Longest sequence that fits.")
+    min_gpu_layout_reason: str | None = Field(
+        None,
+        description="Why `min_gpu_layout` is that layout: the form operators run (TP inside "
+        "one node, in a power-of-two size the engine accepts for the model; pipeline stages "
+        "only once TP fills a node or the model splits no further) and why the smaller "
+        "layouts of that form do not fit; null when `min_gpu_count` is null.",
+    )
 
 
 class CapacityOut(ResponseModel):
