@@ -23,6 +23,7 @@ from service.schemas.estimates import (
     LayoutOut,
     PerGpu,
     ResolvedModel,
+    UnusedFieldOut,
 )
 
 __all__ = ["render_estimate"]
@@ -95,4 +96,16 @@ def render_estimate(kind: str, model: ModelSpec, answer: Answer) -> EstimateResp
         details=cast(InferenceDetails | FinetuneDetails, dict(est.details)),
         assumptions=list(answer.assumptions),
         summary=answer.summary,
+        unused_fields=[
+            UnusedFieldOut.model_construct(
+                field=u.field,
+                decided_by=list(u.decided_by),
+                engine_values=dict(u.engine_values),
+                reason=u.why,
+                given=u.given,
+            )
+            for u in answer.unused_fields
+        ],
+        engine_options=dict(answer.engine_options) if answer.engine_options else None,
+        engine_defaults=list(answer.engine_defaults),
     )

@@ -42,6 +42,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, ClassVar
 
 from service.estimator.engines.base import (
+    DecidedBy,
     DtypeChoice,
     Engine,
     EngineContext,
@@ -119,6 +120,14 @@ class VllmEngine(Engine):
     budget_option: ClassVar[str | None] = "gpu_memory_utilization"
     fused_kernels: ClassVar[bool] = True
     context_option: ClassVar[str | None] = "max_model_len"
+    decides_instead: ClassVar[tuple[DecidedBy, ...]] = (
+        DecidedBy(
+            "prompt_tokens",
+            ("max_num_batched_tokens",),
+            "vLLM reserves activations for its profiling batch of max_num_batched_tokens "
+            "tokens; a request's prompt length changes nothing",
+        ),
+    )
     options: ClassVar[tuple[Option, ...]] = OPTIONS
 
     def defaults(
