@@ -10,7 +10,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from bench.validate import calibration, inference, llamacpp, public_logs, public_logs_sglang
+from bench.validate import (
+    calibration,
+    inference,
+    llamacpp,
+    model_resolution,
+    public_logs,
+    public_logs_sglang,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "docs" / "accuracy.md"
@@ -39,6 +46,7 @@ def main() -> int:
     parts.append("\n" + public_logs_sglang.report())
     parts.append("\n" + calibration.report())
     parts.append("\n" + llamacpp.report())
+    parts.append("\n" + model_resolution.report())
     OUT.write_text("".join(parts))
     print(f"wrote {OUT.relative_to(ROOT)}")
     return 0

@@ -38,6 +38,7 @@ __all__ = [
     "ESTIMATOR_VERSION",
     "Answer",
     "GpuSpec",
+    "ModelResolution",
     "ModelSpec",
     "UnusedField",
     "answer_finetune",
@@ -66,6 +67,26 @@ _REQUEST_DEFAULTS = {
 
 
 @dataclass(frozen=True, slots=True)
+class ModelResolution:
+    """How the name a request gave became the model estimated.
+
+    ``route``: ``store`` (the model store's files), ``catalog`` (a catalog id or alias),
+    ``catalog-gguf`` (a file of a catalog GGUF repository), ``rules`` (the alias rules read the
+    name as a mirror, a quantized copy or a GGUF file of a catalog model: a guess, each rule
+    with its reason in ``reasons``)."""
+
+    requested: str
+    resolved_to: str
+    route: str
+    format: str | None = None
+    reasons: tuple[str, ...] = ()
+
+    @property
+    def exact(self) -> bool:
+        return self.route != "rules"
+
+
+@dataclass(frozen=True, slots=True)
 class ModelSpec:
     """A resolved model: an architecture when known, else a bare parameter count."""
 
@@ -79,6 +100,8 @@ class ModelSpec:
     checkpoint: CheckpointWeights | None = None
     # Where the model came from and what its files say, for the assumptions.
     notes: tuple[str, ...] = ()
+    # How a named model was found (None: a posted config or a bare count).
+    resolution: ModelResolution | None = None
 
     @classmethod
     def from_architecture(cls, name: str, model_id: str | None, arch: Architecture) -> ModelSpec:

@@ -92,6 +92,7 @@ def _preflight(
         overrides=overrides,
         catalogs=catalogs,
         metrics=metrics,
+        files=body.files,
     )
 
 
