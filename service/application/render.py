@@ -24,6 +24,7 @@ from service.schemas.estimates import (
     ModelResolutionOut,
     PerGpu,
     ResolvedModel,
+    UnusedFieldOut,
 )
 
 __all__ = ["render_estimate"]
@@ -94,6 +95,7 @@ def render_estimate(kind: str, model: ModelSpec, answer: Answer) -> EstimateResp
             max_sequence_length=fit.max_sequence_length,
             min_gpu_layout=_layout(fit.min_gpu_layout) if fit.min_gpu_layout else None,
             engine_args=None if fit.engine_args is None else list(fit.engine_args),
+            min_gpu_layout_reason=fit.min_gpu_layout_reason,
         ),
         capacity=None
         if cap is None
@@ -110,4 +112,16 @@ def render_estimate(kind: str, model: ModelSpec, answer: Answer) -> EstimateResp
         details=cast(InferenceDetails | FinetuneDetails, dict(est.details)),
         assumptions=list(answer.assumptions),
         summary=answer.summary,
+        unused_fields=[
+            UnusedFieldOut.model_construct(
+                field=u.field,
+                decided_by=list(u.decided_by),
+                engine_values=dict(u.engine_values),
+                reason=u.why,
+                given=u.given,
+            )
+            for u in answer.unused_fields
+        ],
+        engine_options=dict(answer.engine_options) if answer.engine_options else None,
+        engine_defaults=list(answer.engine_defaults),
     )

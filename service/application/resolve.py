@@ -17,7 +17,7 @@ from service.estimator.answer import ModelResolution, ModelSpec
 from service.estimator.checkpoint import CheckpointWeights
 from service.estimator.engines.llamacpp import gguf_weights_for_preset
 from service.estimator.errors import EstimatorError, InvalidRequest
-from service.estimator.gpu import GpuSpec
+from service.estimator.gpu import DEFAULT_GPUS_PER_NODE, GpuSpec
 from service.estimator.memo import memoized
 from service.estimator.model import Architecture, ParameterCounts, read_config
 from service.estimator.speculative import METHODS, Speculative
@@ -249,6 +249,7 @@ def resolve_gpu(catalog: GpuCatalog, ref: str) -> GpuSpec:
         vendor=gpu.vendor,
         # a MIG slice holds a share of them, not published per profile
         multiprocessors=None if match.mig_profile else gpu.multiprocessors,
+        gpus_per_node=gpu.gpus_per_node or DEFAULT_GPUS_PER_NODE,
     )
 
 

@@ -260,6 +260,20 @@ class Gpu(BaseModel):
     multiprocessors_source: str | None = Field(
         default=None, min_length=1, description="where multiprocessors comes from"
     )
+    gpus_per_node: StrictInt | None = Field(
+        default=None,
+        gt=0,
+        le=72,
+        description=(
+            "GPUs of this type one server (one Kubernetes node) holds, as the largest common "
+            "server or cloud instance documents it: what tensor parallelism may span and "
+            "what a minimum layout fills before it adds pipeline stages; null: 8, an HGX "
+            "board's"
+        ),
+    )
+    gpus_per_node_source: str | None = Field(
+        default=None, min_length=1, description="where gpus_per_node comes from"
+    )
     gfx_target: str | None = Field(
         default=None,
         pattern=_GFX_TARGET,
@@ -326,6 +340,8 @@ class Gpu(BaseModel):
             raise ValueError("multiprocessors counts NVIDIA SMs; leave it out")
         if (self.multiprocessors is None) != (self.multiprocessors_source is None):
             raise ValueError("give multiprocessors together with multiprocessors_source")
+        if (self.gpus_per_node is None) != (self.gpus_per_node_source is None):
+            raise ValueError("give gpus_per_node together with gpus_per_node_source")
         if self.vendor != "amd" and self.gfx_target is not None:
             raise ValueError("gfx_target is an AMD notion; leave it out")
 

@@ -157,8 +157,9 @@ class ModelCatalog:
         hint = f" (did you mean {', '.join(names[c] for c in close)}?)" if close else ""
         raise NotFound(
             f"model {model_id!r} is not in the catalog{hint}: post its config.json as "
-            "`hf_config`, or put its files in the model store (a directory listed in "
-            "LLMMEM_MODEL_DIRS)",
+            "`hf_config` (estimate and pre-flight requests), or put its files in the model "
+            "store (a directory listed in LLMMEM_MODEL_DIRS; what admission and the scheduler "
+            "extender read)",
             field="model",
         )
 

@@ -245,6 +245,10 @@ def check_plan(
         try:
             specs.append((ref, resolve_gpu(catalogs.gpus, ref)))
         except EstimatorError as exc:
+            if memory_bytes is not None:
+                # The request gives the memory of a product the catalog does not know.
+                specs.append((ref, ad_hoc_gpu(memory_bytes)))
+                continue
             problems.append(
                 ReadProblem(
                     plan.gpu_source or "gpu",
@@ -260,8 +264,8 @@ def check_plan(
     estimate: EstimateResponse | None = None
     body = plan.with_gpu()
     if len(specs) == 1:
-        ref = specs[0][0]
-        memory = ref.startswith("memory:")
+        ref, spec = specs[0]
+        memory = spec.ref.startswith("memory:")
         body = plan.with_gpu(memory_bytes=memory_bytes) if memory else plan.with_gpu(ref)
     if with_estimate:
         try:

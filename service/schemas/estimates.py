@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    BeforeValidator,
     ConfigDict,
     Field,
     ValidationInfo,
@@ -19,7 +20,7 @@ from typing_extensions import TypedDict
 
 from service.estimator import speculative, training
 from service.estimator.engines import ENGINES, REGISTRY, all_options
-from service.estimator.formats import KV_CACHE_DTYPES, WEIGHT_FORMATS
+from service.estimator.formats import KV_CACHE_DTYPES, WEIGHT_FORMATS, canonical_format_name
 from service.estimator.inference.setup import ATTENTION
 from service.estimator.parallel import MAX_GPU_COUNT
 from service.estimator.parallel import MAX_PARALLEL as _MAX_PARALLEL
@@ -33,7 +34,19 @@ from service.schemas.common import (
     json_depth_and_size,
 )
 
-WeightFormat = Literal[WEIGHT_FORMATS]  # type: ignore[valid-type]
+
+def _weight_format_name(value: Any) -> Any:
+    """A weight format as users write it (any case, aliases, llama.cpp's Q4_K_M) in the
+    service's own name; anything else is left for the enum to refuse."""
+    if isinstance(value, str):
+        return canonical_format_name(value) or value
+    return value
+
+
+WeightFormat = Annotated[
+    Literal[WEIGHT_FORMATS],  # type: ignore[valid-type]
+    BeforeValidator(_weight_format_name),
+]
 KvCacheDtype = Literal[KV_CACHE_DTYPES]  # type: ignore[valid-type]
 Engine = Literal[ENGINES]  # type: ignore[valid-type]
 Method = Literal[training.METHODS]  # type: ignore[valid-type]
@@ -551,7 +564,8 @@ class FitOut(ResponseModel):
     fits: bool = Field(description="Whether the request fits as asked.")
     headroom_bytes: int = Field(description="usable − required; negative when it does not fit.")
     min_gpu_count: int | None = Field(
-        description="Fewest GPUs of a layout the engine can run on which it fits; null if none."
+        description="Fewest GPUs on which it fits, in a layout operators run (see "
+        "`min_gpu_layout_reason`); null if none."
     )
     min_gpu_layout: LayoutOut | None = Field(
         description="The layout of `min_gpu_count`: posted back as tensor_parallel_size and "
@@ -564,6 +578,13 @@ class FitOut(ResponseModel):
     )
     max_batch_size: int | None = Field(description="Largest batch that fits; null if none.")
     max_sequence_length: int | None = Field(description="Longest sequence that fits.")
+    min_gpu_layout_reason: str | None = Field(
+        None,
+        description="Why `min_gpu_layout` is that layout: the form operators run (TP inside "
+        "one node, in a power-of-two size the engine accepts for the model; pipeline stages "
+        "only once TP fills a node or the model splits no further) and why the smaller "
+        "layouts of that form do not fit; null when `min_gpu_count` is null.",
+    )
 
 
 class CapacityOut(ResponseModel):
@@ -612,6 +633,27 @@ class FinetuneDetails(TypedDict, total=False):
     ]
 
 
+EngineValue = bool | int | float | str | None
+
+
+class UnusedFieldOut(ResponseModel):
+    """A request field the chosen engine (or the simple rules) sizes nothing by."""
+
+    field: str = Field(description="The request field, e.g. `sequence_length`.")
+    decided_by: list[str] = Field(
+        description="The engine options that decide in its place (`engine_options.n_ctx`); "
+        "empty when the engine itself does (its fused kernels) or no engine is used."
+    )
+    engine_values: dict[str, EngineValue] = Field(
+        description="Those options' values as the estimate used them (given or defaulted)."
+    )
+    reason: str = Field(description="Why the field changes nothing, in words.")
+    given: bool = Field(
+        description="Whether the request gave the field a value other than its default "
+        "(then an assumption line says the value was not used)."
+    )
+
+
 class EstimateResponse(ResponseModel):
     """One estimate: bytes by component, per GPU and in total, with fit and capacity."""
 
@@ -635,3 +677,19 @@ class EstimateResponse(ResponseModel):
     )
     assumptions: list[str] = Field(description="One line per assumption that changed a number.")
     summary: str = Field(description="One line for a person (GB = 10^9 bytes).")
+    unused_fields: list[UnusedFieldOut] = Field(
+        default_factory=list,
+        description="Inference: every request field the chosen engine does not use, with the "
+        "engine options that decide instead (llama.cpp sizes its KV cache by `n_ctx`, not "
+        "`sequence_length`); the simple rules use no engine, KV dtype or attention kernel.",
+    )
+    engine_options: dict[str, EngineValue] | None = Field(
+        None,
+        description="Inference with the detailed estimator: every option of the engine as "
+        "the estimate resolved it, the caller's values and the engine's defaults.",
+    )
+    engine_defaults: list[str] = Field(
+        default_factory=list,
+        description="Of `engine_options`, the names the engine defaulted (the caller set the "
+        "rest), e.g. vLLM's `max_model_len` from the model's derived context.",
+    )

@@ -14,7 +14,14 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from service.estimator.result import FitReason
-from service.schemas.common import STRICT_REQUEST, RequestModel, ResponseModel
+from service.schemas.common import (
+    MAX_CONFIG_DEPTH,
+    MAX_CONFIG_KEYS,
+    STRICT_REQUEST,
+    RequestModel,
+    ResponseModel,
+    json_depth_and_size,
+)
 from service.schemas.estimates import (
     GPU_DESCRIPTION,
     GPU_MEMORY_DESCRIPTION,
@@ -24,6 +31,7 @@ from service.schemas.estimates import (
     EstimateResponse,
     FitOut,
     LayoutOut,
+    WeightFormat,
 )
 from service.workloads.extender import MAX_EXTENDER_PRIORITY, MIN_EXTENDER_PRIORITY
 
@@ -121,6 +129,19 @@ class PreflightRequest(RequestModel):
         description="The catalog model id, where the workload names its model by a path or a "
         "storage URI (`/mnt/models`, `s3://...`); it replaces what the workload names.",
     )
+    hf_config: dict[str, Any] | None = Field(
+        None,
+        description="The model's Hugging Face `config.json`, posted as is (as the estimate "
+        "endpoint takes it), where the model the workload names is in neither the catalog nor "
+        "the model store; it replaces that model, whose name labels the answer. Not with "
+        "`model`.",
+    )
+    weight_format: WeightFormat | None = Field(
+        None,
+        description="The checkpoint's storage format, as the estimate endpoint's "
+        "`weight_format` (llama.cpp's `Q4_K_M` names accepted), where the workload does not "
+        "say (no `--quantization`); the workload's own flag wins, with a note.",
+    )
     gpu: str | None = Field(
         None,
         min_length=1,
@@ -164,6 +185,18 @@ class PreflightRequest(RequestModel):
     def _bounded(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
         return value if value is None else _bounded_object(value)
 
+    @field_validator("hf_config")
+    @classmethod
+    def _bounded_config(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            depth, size = json_depth_and_size(value)
+            if depth > MAX_CONFIG_DEPTH or size > MAX_CONFIG_KEYS:
+                raise ValueError(
+                    f"config too deep or too large (at most {MAX_CONFIG_DEPTH} levels and "
+                    f"{MAX_CONFIG_KEYS} keys); post the model's config.json as is"
+                )
+        return value
+
     @field_validator("files")
     @classmethod
     def _bounded_files(cls, value: dict[str, str] | None) -> dict[str, str] | None:
@@ -177,6 +210,8 @@ class PreflightRequest(RequestModel):
             raise ValueError("give exactly one of `command` or `object`")
         if self.gpu is not None and self.gpu_memory_bytes is not None:
             raise ValueError("name the GPU with one of `gpu` or `gpu_memory_bytes`, not both")
+        if self.model is not None and self.hf_config is not None:
+            raise ValueError("name the model with one of `model` or `hf_config`, not both")
         return self
 
 

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DataParallelPlan",
+    "DecidedBy",
     "DtypeChoice",
     "Engine",
     "EngineContext",
@@ -75,6 +76,17 @@ def tp_sizes_dividing_widths(arch: Architecture, vocab_padding: int) -> tuple[in
     if arch.moe is not None:
         widths.append(arch.moe.expert_intermediate_size)
     return tuple(t for t in arch.valid_tensor_parallel_sizes if all(w % t == 0 for w in widths))
+
+
+@dataclass(frozen=True, slots=True)
+class DecidedBy:
+    """A request field the engine does not read, and what decides its memory in its place:
+    ``options``, the engine's own options (empty: the engine itself, by its kernels), and
+    ``why`` in words."""
+
+    field: str
+    options: tuple[str, ...]
+    why: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,8 +295,27 @@ class Engine:
     # stages can then stop fitting where fewer fit, and the fewest-GPU search may not assume
     # that the most stages fit whenever any count does.
     reserve_grows_with_gpus: ClassVar[bool] = False
+    # Request fields the engine sizes nothing by, each with the option that decides instead
+    # (docs/inference.md, "Fields an engine does not use"); `attention` is added for engines
+    # with fused kernels (:meth:`decided_elsewhere`).
+    decides_instead: ClassVar[tuple[DecidedBy, ...]] = ()
 
     # ---- options --------------------------------------------------------------------
+
+    @classmethod
+    def decided_elsewhere(cls) -> tuple[DecidedBy, ...]:
+        """The request fields this engine does not read (:attr:`decides_instead`), with
+        `attention` for fused kernels: they never materialize the score matrices, whatever
+        `attention` says (the forward's eager terms apply only without them)."""
+        own = cls.decides_instead
+        if cls.fused_kernels and all(d.field != "attention" for d in own):
+            fused = DecidedBy(
+                "attention",
+                (),
+                f"{cls.name} runs its own fused attention kernels, which hold no score matrices",
+            )
+            own = (*own, fused)
+        return own
 
     @classmethod
     def option_table(cls) -> Mapping[str, Option]:

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from service.estimator.engines import sglang_versions as sv
 from service.estimator.engines.base import (
+    DecidedBy,
     DtypeChoice,
     Engine,
     EngineContext,
@@ -107,6 +108,15 @@ class SglangEngine(Engine):
     budget_option: ClassVar[str | None] = "mem_fraction_static"
     fused_kernels: ClassVar[bool] = True
     context_option: ClassVar[str | None] = "context_length"
+    decides_instead: ClassVar[tuple[DecidedBy, ...]] = (
+        DecidedBy(
+            "prompt_tokens",
+            ("mem_fraction_static", "chunked_prefill_size"),
+            "SGLang leaves activations the memory mem_fraction_static does not take and "
+            "prefills in chunks of chunked_prefill_size tokens; a request's prompt length "
+            "changes nothing",
+        ),
+    )
     # server_args.py reserves tp × pp / 8 GiB more per GPU as the group grows.
     reserve_grows_with_gpus: ClassVar[bool] = True
     options: ClassVar[tuple[Option, ...]] = OPTIONS

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from service.estimator.engines.base import (
     DataParallelPlan,
+    DecidedBy,
     DtypeChoice,
     Engine,
     EngineContext,
@@ -129,6 +130,14 @@ class VllmEngine(Engine):
     budget_option: ClassVar[str | None] = "gpu_memory_utilization"
     fused_kernels: ClassVar[bool] = True
     context_option: ClassVar[str | None] = "max_model_len"
+    decides_instead: ClassVar[tuple[DecidedBy, ...]] = (
+        DecidedBy(
+            "prompt_tokens",
+            ("max_num_batched_tokens",),
+            "vLLM reserves activations for its profiling batch of max_num_batched_tokens "
+            "tokens; a request's prompt length changes nothing",
+        ),
+    )
     options: ClassVar[tuple[Option, ...]] = OPTIONS
 
     def defaults(
