@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from service.application.convert import finetune_request, inference_request
+from service.application.convert import finetune_request, inference_request, performance_request
 from service.application.metrics import Metrics
 from service.application.render import render_estimate
 from service.application.resolve import ad_hoc_gpu, resolve_gpu, resolve_model
@@ -66,12 +66,15 @@ def run_estimate(
                 "`gpu_memory_bytes`)",
                 field="gpu",
             )
+        traffic, slo = performance_request(body)
         answer = answer_inference(
             model,
             inference_request(body),
             estimator=body.estimator,
             gpu=gpu,
             gpu_count=body.gpu_count,
+            traffic=traffic,
+            slo=slo,
         )
         engine = body.engine
     else:

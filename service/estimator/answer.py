@@ -12,9 +12,17 @@ import dataclasses
 from dataclasses import dataclass
 
 from service.estimator.checkpoint import CheckpointWeights
+from service.estimator.errors import InvalidRequest
 from service.estimator.gpu import GpuSpec
 from service.estimator.inference import InferenceRequest, estimate_inference, fit_inference
 from service.estimator.model import Architecture, count_parameters
+from service.estimator.performance import (
+    NotServable,
+    PerformanceAnswer,
+    Slo,
+    Traffic,
+    estimate_performance,
+)
 from service.estimator.result import Estimate, Fit
 from service.estimator.simple import (
     SimpleModel,
@@ -74,6 +82,8 @@ class Answer:
     fit: Fit | None
     summary: str
     assumptions: tuple[str, ...]
+    # Latency, throughput and SLO sizing, when the request gave a traffic.
+    performance: PerformanceAnswer | None = None
 
 
 def _simple_model(model: ModelSpec, assumptions: list[str], estimator: str) -> SimpleModel:
@@ -90,14 +100,21 @@ def _simple_model(model: ModelSpec, assumptions: list[str], estimator: str) -> S
 
 
 def _finish(
-    model: ModelSpec, estimate: Estimate, fit: Fit | None, gpu: GpuSpec | None, extra: list[str]
+    model: ModelSpec,
+    estimate: Estimate,
+    fit: Fit | None,
+    gpu: GpuSpec | None,
+    extra: list[str],
+    performance: PerformanceAnswer | None = None,
 ) -> Answer:
     assumptions = (*extra, *estimate.assumptions, *(fit.assumptions if fit else ()))
+    if performance is not None:
+        assumptions = (*assumptions, *performance.assumptions)
     assumptions = (*model.notes, *assumptions)
     if model.architecture is not None:
         assumptions = (*model.architecture.assumptions, *assumptions)
     summary = summarize(model.name, estimate, fit, gpu.name if gpu else None)
-    return Answer(estimate, fit, summary, tuple(dict.fromkeys(assumptions)))
+    return Answer(estimate, fit, summary, tuple(dict.fromkeys(assumptions)), performance)
 
 
 def answer_inference(
@@ -107,11 +124,20 @@ def answer_inference(
     estimator: str,
     gpu: GpuSpec | None,
     gpu_count: int | None,
+    traffic: Traffic | None = None,
+    slo: Slo | None = None,
 ) -> Answer:
     """Estimate (and fit, with a GPU) ``request`` for ``model``; the request's architecture
-    and GPU memory are set here from ``model`` and ``gpu``."""
+    and GPU memory are set here from ``model`` and ``gpu``. With ``traffic``, also its latency
+    and throughput (and with ``slo`` the replicas it needs: :mod:`.performance`)."""
     extra: list[str] = []
     if estimator == "simple" or model.architecture is None:
+        if traffic is not None:
+            raise InvalidRequest(
+                "`traffic` needs the detailed estimator and the model's architecture: name a "
+                "catalog `model` or post its `hf_config` (estimator `detailed`)",
+                field="traffic",
+            )
         simple = _simple_model(model, extra, estimator)
         model_gpus = request.tensor_parallel_size * request.pipeline_parallel_size
 
@@ -149,7 +175,13 @@ def answer_inference(
     )
     estimate = estimate_inference(request)
     fit = fit_inference(request, gpu.ref, gpu_count) if gpu is not None else None
-    return _finish(model, estimate, fit, gpu, extra)
+    performance = None
+    if traffic is not None:
+        try:
+            performance = estimate_performance(request, traffic, slo)
+        except NotServable as e:
+            extra.append(str(e))
+    return _finish(model, estimate, fit, gpu, extra, performance)
 
 
 def answer_finetune(
