@@ -332,8 +332,9 @@ def report() -> str:
         "rows (a third of every source, by a fixed rule set before any fit: "
         "`bench/validate/performance.py`, `held_out`) never enter the fit. MAPE = mean of "
         "|predicted − measured| / measured. Every row is vLLM on H100 SXM (hopper): no "
-        "A100, L40S or H200 measurement with a stated harness was admitted, so answers on "
-        "those GPUs are bands (`calibrated: false`).\n",
+        "A100, L40S or H200 measurement with a stated harness was admitted: answers on "
+        "A100 and L40S are bands (`calibrated: false`), and H200 answers use the Hopper "
+        "constants with no row of their own to check them.\n",
         "| set | metric | MAPE | rows | target |",
         "|---|---|---|---|---|",
     ]
