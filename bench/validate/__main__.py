@@ -14,6 +14,7 @@ from bench.validate import (
     calibration,
     inference,
     llamacpp,
+    model_resolution,
     performance,
     public_logs,
     public_logs_sglang,
@@ -47,6 +48,7 @@ def main() -> int:
     parts.append("\n" + performance.report())
     parts.append("\n" + calibration.report())
     parts.append("\n" + llamacpp.report())
+    parts.append("\n" + model_resolution.report())
     OUT.write_text("".join(parts))
     print(f"wrote {OUT.relative_to(ROOT)}")
     return 0

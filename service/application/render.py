@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, cast
 
-from service.estimator.answer import ESTIMATOR_VERSION, Answer, ModelSpec
+from service.estimator.answer import ESTIMATOR_VERSION, Answer, ModelResolution, ModelSpec
 from service.estimator.memo import memoized
 from service.estimator.model import Architecture
 from service.estimator.parallel import Layout
@@ -23,6 +23,7 @@ from service.schemas.estimates import (
     FitOut,
     InferenceDetails,
     LayoutOut,
+    ModelResolutionOut,
     PerformanceOut,
     PerGpu,
     RangeOut,
@@ -38,6 +39,19 @@ __all__ = ["render_estimate"]
 def _architecture_fields(arch: Architecture) -> dict[str, Any]:
     # Cached: rendering walks every field of a frozen architecture; nothing mutates the dict.
     return arch.as_dict()
+
+
+def _resolution(r: ModelResolution | None) -> ModelResolutionOut | None:
+    if r is None:
+        return None
+    return ModelResolutionOut.model_construct(
+        requested=r.requested,
+        resolved_to=r.resolved_to,
+        route=cast(Literal["store", "catalog", "catalog-gguf", "rules"], r.route),
+        exact=r.exact,
+        format=r.format,
+        reasons=list(r.reasons),
+    )
 
 
 def _layout(layout: Layout) -> LayoutOut:
@@ -121,6 +135,7 @@ def render_estimate(kind: str, model: ModelSpec, answer: Answer) -> EstimateResp
             parameter_count=model.parameter_count,
             active_parameter_count=model.active_parameter_count,
             architecture=_architecture_fields(arch) if arch else None,
+            resolution=_resolution(model.resolution),
         ),
         breakdown=dict(est.total),
         total_bytes=est.total_bytes,

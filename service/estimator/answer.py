@@ -39,6 +39,7 @@ __all__ = [
     "ESTIMATOR_VERSION",
     "Answer",
     "GpuSpec",
+    "ModelResolution",
     "ModelSpec",
     "answer_finetune",
     "answer_inference",
@@ -48,6 +49,26 @@ __all__ = [
 MAX_SEARCH_SEQUENCE = 16 * 1024 * 1024
 # GPU counts the simple rules try for `min_gpu_count`.
 SIMPLE_GPU_COUNTS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelResolution:
+    """How the name a request gave became the model estimated.
+
+    ``route``: ``store`` (the model store's files), ``catalog`` (a catalog id or alias),
+    ``catalog-gguf`` (a file of a catalog GGUF repository), ``rules`` (the alias rules read the
+    name as a mirror, a quantized copy or a GGUF file of a catalog model: a guess, each rule
+    with its reason in ``reasons``)."""
+
+    requested: str
+    resolved_to: str
+    route: str
+    format: str | None = None
+    reasons: tuple[str, ...] = ()
+
+    @property
+    def exact(self) -> bool:
+        return self.route != "rules"
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +85,8 @@ class ModelSpec:
     checkpoint: CheckpointWeights | None = None
     # Where the model came from and what its files say, for the assumptions.
     notes: tuple[str, ...] = ()
+    # How a named model was found (None: a posted config or a bare count).
+    resolution: ModelResolution | None = None
 
     @classmethod
     def from_architecture(cls, name: str, model_id: str | None, arch: Architecture) -> ModelSpec:

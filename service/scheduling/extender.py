@@ -40,6 +40,7 @@ from service.estimator.errors import EstimatorError, InvalidRequest
 from service.estimator.gpu import GpuSpec
 from service.scheduling.check import GpuVerdict, Prepared, prepare, verdict_on
 from service.scheduling.plan import plan_workload
+from service.scheduling.training import training_filter, training_prioritize
 from service.workloads.extender import (
     MAX_EXTENDER_PRIORITY,
     ExtenderArgs,
@@ -175,6 +176,9 @@ def _failure(verdicts: list[tuple[GpuVerdict, NodeGpu]]) -> str | None:
 
 def filter_nodes(args: ExtenderArgs, catalogs: Catalogs) -> ExtenderFilterResult:
     """Nodes whose GPU fits the pod's model; the others, with the reason, as unresolvable."""
+    training = training_filter(args, catalogs, node_gpu)  # a training pod: its own branch
+    if training is not None:
+        return training
     pod = _pod(args.pod, catalogs)
     if args.nodes is None or not pod.plans:
         # Names only (a nodeCacheCapable extender sees no labels), or nothing to judge.
@@ -210,6 +214,9 @@ def _score(verdicts: list[tuple[GpuVerdict, NodeGpu]]) -> int:
 
 def prioritize_nodes(args: ExtenderArgs, catalogs: Catalogs) -> tuple[HostPriority, ...]:
     """A score per candidate node: least waste first, 0 where it does not fit or is unknown."""
+    training = training_prioritize(args, catalogs, node_gpu, _score)  # a training pod
+    if training is not None:
+        return training
     pod = _pod(args.pod, catalogs)
     if args.nodes is None or not pod.plans:
         return tuple(HostPriority(name, 0) for name in args.names)

@@ -19,6 +19,7 @@ from service.application.metrics import Metrics
 from service.estimator.errors import InvalidRequest
 from service.scheduling.check import Check, as_json, check_plan
 from service.scheduling.plan import Plan, plan_command, plan_workload
+from service.scheduling.training import training_preflight
 from service.workloads.commands import parse_command
 from service.workloads.kubernetes import ServingWorkload, WorkloadReading, read_workloads
 from service.workloads.sources import ReadProblem, Sourced, WorkloadError
@@ -170,8 +171,25 @@ def preflight(
     overrides: Overrides,
     catalogs: Catalogs,
     metrics: Metrics,
+    files: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The pre-flight answer (JSON-ready, estimates as response models)."""
+    # Training jobs (trainer command lines, PyTorchJob, TrainJob, ...): their own branch.
+    training = training_preflight(
+        command=command,
+        obj=obj,
+        files=files,
+        model=overrides.model,
+        gpu=overrides.gpu,
+        gpu_memory_bytes=overrides.gpu_memory_bytes,
+        gpu_count=overrides.gpu_count,
+        catalogs=catalogs,
+        metrics=metrics,
+    )
+    if isinstance(training, list):
+        raise WorkloadUnreadable(training, "object" if obj is not None else "command")
+    if training is not None:
+        return training
     pairs: list[tuple[ServingWorkload | None, Plan]] = []
     others: list[dict[str, Any]] = []
     prefix = "object" if obj is not None else "command"

@@ -462,6 +462,31 @@ class FinetuneRequestBody(ModelSelector):
 # Responses
 
 
+class ModelResolutionOut(ResponseModel):
+    """How the name in `model` became the model estimated."""
+
+    requested: str = Field(description="The name as the request gave it.")
+    resolved_to: str = Field(
+        description="The model whose configuration was used: a model-store id, a catalog id, "
+        "or `<catalog id>:<tag>` for a file of a catalog GGUF repository."
+    )
+    route: Literal["store", "catalog", "catalog-gguf", "rules"] = Field(
+        description="`store`: the model store's own files (exact); `catalog`: a catalog id or "
+        "alias; `catalog-gguf`: a file of a catalog GGUF repository; `rules`: the alias rules "
+        "read the name as a mirror, a quantized copy or a GGUF file of a catalog model (a "
+        "guess from the name, each rule and its reason in `reasons`)."
+    )
+    exact: bool = Field(description="False when the answer rests on a rule's reading of the name.")
+    format: str | None = Field(
+        None,
+        description="The weight format the name says (`gptq-int4`, `awq-int4`, `nf4`, "
+        "`fp8-block`, `gguf-Q4_K_M`, ...), when it says one.",
+    )
+    reasons: list[str] = Field(
+        default_factory=list, description="Each rule the resolution used, with why it holds."
+    )
+
+
 class ResolvedModel(ResponseModel):
     """The model the request named, as the estimator resolved it."""
 
@@ -471,6 +496,9 @@ class ResolvedModel(ResponseModel):
     active_parameter_count: int = Field(description="Parameters one token uses (MoE); = total.")
     architecture: dict[str, Any] | None = Field(
         None, description="The normalized architecture fields the estimator used."
+    )
+    resolution: ModelResolutionOut | None = Field(
+        None, description="For a model named by `model`: what the name resolved to, and how."
     )
 
 

@@ -62,6 +62,7 @@ from service.workloads.pods import (
     subtree,
 )
 from service.workloads.sources import ReadProblem, Sourced
+from service.workloads.training.kinds import serving_reader
 
 __all__ = [
     "OtherContainer",
@@ -164,6 +165,10 @@ _READERS: dict[str, _Reader] = {
     "LeaderWorkerSet": _read_lws,
     "InferenceService": read_inference_service,
     "LLMInferenceService": read_llm_inference_service,
+    "PyTorchJob": serving_reader("PyTorchJob"),
+    "JobSet": serving_reader("JobSet"),
+    "RayJob": serving_reader("RayJob"),
+    "Workload": serving_reader("Workload"),
 }
 PRODUCTION_STACK_KIND = "vllm-production-stack values"
 

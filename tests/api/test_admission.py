@@ -205,3 +205,17 @@ def test_delete_and_connect_are_allowed_untouched(client: TestClient) -> None:
     body = review(gpu_pod(*TOO_BIG, annotations={MODE_KEY: "deny"}), operation="DELETE")
     body["request"]["object"] = None
     assert admit(client, body) == {"uid": "0d3f-uid", "allowed": True}
+
+
+def test_a_model_read_from_its_name_is_never_denied(client: TestClient) -> None:
+    # unsloth's re-upload of Llama-3.1-8B-Instruct on one L4 does not fit, as the catalog
+    # model it mirrors does not (TOO_BIG); the alias rules read the name, so deny mode allows
+    # it and says why.
+    mirror = "unsloth/Llama-3.1-8B-Instruct"
+    assert not fits(client, {"model": mirror, "engine": "vllm", "gpu": "l4"})
+    obj = gpu_pod([mirror], "NVIDIA-L4", annotations={MODE_KEY: "deny"})
+    response = admit(client, review(obj))
+    assert response["allowed"] is True
+    assert any(
+        "not denied" in w and "alias rules" in w and len(w) <= 256 for w in response["warnings"]
+    )

@@ -85,6 +85,7 @@ def _preflight(
         overrides=overrides,
         catalogs=catalogs,
         metrics=metrics,
+        files=body.files,
     )
 
 

@@ -59,6 +59,7 @@ from service.estimator.engines.overhead import (
     cuda_context_bytes,
     cuda_graph_pool_bytes,
     framework_overhead,
+    nvswitch_board,
 )
 from service.estimator.engines.vllm_kv import VllmKvGroups, vllm_groups
 from service.estimator.engines.vllm_options import DTYPES, OPTIONS, derived_defaults, engine_line
@@ -250,7 +251,7 @@ class VllmEngine(Engine):
         context_inside = line.budget in ("device", "extensible")
         graphs_inside = line.graphs_in_budget
         inside = framework_overhead(
-            tp, pp, cuda_context=context_inside, nvswitch=_nvswitch_board(gpu), gpu=gpu
+            tp, pp, cuda_context=context_inside, nvswitch=nvswitch_board(gpu), gpu=gpu
         )
         inside = dataclasses.replace(inside, cuda_graphs=graphs if graphs_inside else 0)
         outside = OverheadTerms(
@@ -404,18 +405,6 @@ class VllmEngine(Engine):
         mnbt = int(setup.settings["max_num_batched_tokens"])
         need_one = self._groups(setup.stages[-1]).request_bytes(conc_len, mnbt)
         return required - kv_last + need_one > usable
-
-
-def _nvswitch_board(gpu: GpuSpec | None) -> bool:
-    """Whether TP peers share an NVSwitch board of the Hopper generation or later (NVLink
-    SHARP): SXM parts of compute capability 9.0 / 10.x; unknown GPUs and AMD's fully connected
-    XGMI boards keep the fitted figure."""
-    if gpu is None or gpu.compute_capability is None:
-        return True
-    name = gpu.name.lower()
-    if "pcie" in name or " nvl" in name:
-        return False
-    return gpu.compute_capability in ((9, 0), (10, 0), (10, 3))
 
 
 def _cc(cc: tuple[int, int] | None) -> str:
