@@ -10,11 +10,12 @@ from types import MappingProxyType
 from typing import Any
 
 from service.estimator.inference import InferenceRequest
+from service.estimator.performance import Slo, Traffic
 from service.estimator.speculative import Speculative
 from service.estimator.training import FinetuneRequest, LoraSpec
 from service.schemas.estimates import FinetuneRequestBody, InferenceRequestBody
 
-__all__ = ["finetune_request", "inference_request"]
+__all__ = ["finetune_request", "inference_request", "performance_request"]
 
 
 def _engine_options(body: InferenceRequestBody) -> MappingProxyType[str, Any]:
@@ -48,6 +49,15 @@ def inference_request(
         speculative=speculative,
         attention=body.attention,
     )
+
+
+def performance_request(body: InferenceRequestBody) -> tuple[Traffic | None, Slo | None]:
+    """The traffic and SLO a body asks the performance model about (None: not asked)."""
+    t = body.traffic
+    traffic = None if t is None else Traffic(t.input_tokens, t.output_tokens, t.concurrency)
+    o = body.slo
+    slo = None if o is None else Slo(o.requests_per_s, o.ttft_ms, o.itl_ms)
+    return traffic, slo
 
 
 def finetune_request(body: FinetuneRequestBody) -> FinetuneRequest:

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from service.application.convert import finetune_request, inference_request
+from service.application.convert import finetune_request, inference_request, performance_request
 from service.application.metrics import Metrics
 from service.application.render import render_estimate
 from service.application.resolve import (
@@ -72,12 +72,15 @@ def run_estimate(
                 field="gpu",
             )
         speculative = resolve_speculative(body.speculative, catalogs.models, catalogs.store)
+        traffic, slo = performance_request(body)
         answer = answer_inference(
             model,
             inference_request(body, speculative),
             estimator=body.estimator,
             gpu=gpu,
             gpu_count=body.gpu_count,
+            traffic=traffic,
+            slo=slo,
         )
         engine = body.engine
     else:

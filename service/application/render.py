@@ -14,7 +14,9 @@ from service.estimator.answer import ESTIMATOR_VERSION, Answer, ModelResolution,
 from service.estimator.memo import memoized
 from service.estimator.model import Architecture
 from service.estimator.parallel import Layout
+from service.estimator.performance import Band, PerformanceAnswer
 from service.schemas.estimates import (
+    BandOut,
     CapacityOut,
     EstimateResponse,
     FinetuneDetails,
@@ -22,8 +24,12 @@ from service.schemas.estimates import (
     InferenceDetails,
     LayoutOut,
     ModelResolutionOut,
+    PerformanceOut,
     PerGpu,
+    RangeOut,
+    ReplicasRangeOut,
     ResolvedModel,
+    SizingOut,
     UnusedFieldOut,
 )
 
@@ -58,9 +64,69 @@ def _layout(layout: Layout) -> LayoutOut:
     )
 
 
+def _figure(x: float) -> float:
+    """A performance figure as the wire carries it: four significant digits are more than
+    the model's accuracy."""
+    return float(f"{x:.4g}")
+
+
+def _range(pair: tuple[float, float]) -> RangeOut:
+    return RangeOut.model_construct(low=_figure(pair[0]), high=_figure(pair[1]))
+
+
+def _band(band: Band) -> BandOut:
+    return BandOut.model_construct(
+        ttft_ms=_range(band.ttft_ms),
+        itl_ms=_range(band.itl_ms),
+        output_tokens_per_s=_range(band.output_tokens_per_s),
+        requests_per_s=_range(band.requests_per_s),
+    )
+
+
+def _performance(
+    answer: PerformanceAnswer | None,
+) -> tuple[PerformanceOut | None, SizingOut | None]:
+    if answer is None:
+        return None, None
+    p, z = answer.performance, answer.sizing
+    performance = PerformanceOut.model_construct(
+        ttft_ms=_figure(p.ttft_ms),
+        itl_ms=_figure(p.itl_ms),
+        output_tokens_per_s=_figure(p.output_tokens_per_s),
+        requests_per_s=_figure(p.requests_per_s),
+        latency_ms=_figure(p.latency_ms),
+        bound=p.bound,
+        saturated=p.saturated,
+        calibrated=p.calibrated,
+        concurrency=p.concurrency,
+        running=p.running,
+        max_concurrency=p.max_concurrency,
+        queue_wait_ms=_figure(p.queue_wait_ms),
+        calibration=p.calibration,
+        band=None if p.band is None else _band(p.band),
+    )
+    sizing = None
+    if z is not None:
+        sizing = SizingOut.model_construct(
+            replicas=z.replicas,
+            gpus=z.gpus,
+            per_replica_requests_per_s=_figure(z.per_replica_requests_per_s),
+            concurrency=z.concurrency,
+            slo_met=z.slo_met,
+            limited_by=z.limited_by,
+            replicas_range=None
+            if z.replicas_range is None
+            else ReplicasRangeOut.model_construct(
+                low=z.replicas_range[0], high=z.replicas_range[1]
+            ),
+        )
+    return performance, sizing
+
+
 def render_estimate(kind: str, model: ModelSpec, answer: Answer) -> EstimateResponse:
     est, fit, cap = answer.estimate, answer.fit, answer.estimate.capacity
     arch = model.architecture
+    performance, sizing = _performance(answer.performance)
     return EstimateResponse.model_construct(
         kind=cast(Literal["inference", "finetune"], kind),
         estimator=cast(Literal["detailed", "simple"], est.estimator),
@@ -124,4 +190,6 @@ def render_estimate(kind: str, model: ModelSpec, answer: Answer) -> EstimateResp
         ],
         engine_options=dict(answer.engine_options) if answer.engine_options else None,
         engine_defaults=list(answer.engine_defaults),
+        performance=performance,
+        sizing=sizing,
     )

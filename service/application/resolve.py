@@ -10,14 +10,14 @@ from __future__ import annotations
 import dataclasses
 from functools import lru_cache
 
-from service.catalog.gpu_catalog import AdHocGpu, GpuCatalog
+from service.catalog.gpu_catalog import AdHocGpu, GpuCatalog, GpuMatch
 from service.catalog.gpu_record import derived_cuda_total
 from service.catalog.model_catalog import ModelCatalog, NameMatch
 from service.estimator.answer import ModelResolution, ModelSpec
 from service.estimator.checkpoint import CheckpointWeights
 from service.estimator.engines.llamacpp import gguf_weights_for_preset
 from service.estimator.errors import EstimatorError, InvalidRequest
-from service.estimator.gpu import DEFAULT_GPUS_PER_NODE, GpuSpec
+from service.estimator.gpu import DEFAULT_GPUS_PER_NODE, GpuPerformance, GpuSpec
 from service.estimator.memo import memoized
 from service.estimator.model import Architecture, ParameterCounts, read_config
 from service.estimator.speculative import METHODS, Speculative
@@ -25,6 +25,9 @@ from service.model_store import StoreEntry, StoreIndex
 from service.schemas.estimates import ModelSelector, SpeculativeOptions
 
 __all__ = ["ad_hoc_gpu", "resolve_gpu", "resolve_model", "resolve_speculative"]
+
+#: Compute slices of a MIG-capable GPU (the "Ng" of a profile counts them; MIG user guide).
+MIG_COMPUTE_SLICES = 7
 
 
 def resolve_model(
@@ -250,6 +253,30 @@ def resolve_gpu(catalog: GpuCatalog, ref: str) -> GpuSpec:
         # a MIG slice holds a share of them, not published per profile
         multiprocessors=None if match.mig_profile else gpu.multiprocessors,
         gpus_per_node=gpu.gpus_per_node or DEFAULT_GPUS_PER_NODE,
+        performance=_performance(match),
+    )
+
+
+def _performance(match: GpuMatch) -> GpuPerformance:
+    """The catalog's datasheet peaks as the performance model reads them. A MIG slice gets
+    its share: compute by its slices of the seven (the ``Ng`` of the profile name), bandwidth
+    by its share of the memory (a memory slice brings its memory controllers)."""
+    gpu, profile = match.gpu, match.mig_profile
+    flops = (gpu.bf16_tflops or gpu.fp16_tflops or 0.0) * 1e12
+    bandwidth = gpu.memory_bandwidth_gbps * 1e9
+    share = None
+    if profile is not None:
+        share = int(profile.name.split("g.", 1)[0]) / MIG_COMPUTE_SLICES
+        flops *= share
+        bandwidth *= profile.memory_bytes / gpu.memory_bytes
+    link = gpu.interconnect_bandwidth_gbps
+    return GpuPerformance(
+        memory_bytes_per_s=bandwidth,
+        tensor_flops_per_s=flops,
+        architecture=gpu.architecture,
+        interconnect=gpu.interconnect,
+        interconnect_bytes_per_s=None if link is None else link * 1e9,
+        mig_share=share,
     )
 
 

@@ -22,6 +22,13 @@ from service.estimator.inference import InferenceRequest, estimate_inference, fi
 from service.estimator.inference.request import resolved
 from service.estimator.memo import memoized
 from service.estimator.model import Architecture, count_parameters
+from service.estimator.performance import (
+    NotServable,
+    PerformanceAnswer,
+    Slo,
+    Traffic,
+    estimate_performance,
+)
 from service.estimator.result import Estimate, Fit
 from service.estimator.simple import (
     SimpleModel,
@@ -139,6 +146,9 @@ class Answer:
     engine_options: tuple[tuple[str, OptionValue | None], ...] = ()
     engine_defaults: tuple[str, ...] = ()
 
+    # Latency, throughput and SLO sizing, when the request gave a traffic.
+    performance: PerformanceAnswer | None = None
+
 
 def _given(request: InferenceRequest, name: str) -> bool:
     value = getattr(request, name)
@@ -241,8 +251,11 @@ def _finish(
     unused: tuple[UnusedField, ...] = (),
     engine_options: tuple[tuple[str, OptionValue | None], ...] = (),
     engine_defaults: tuple[str, ...] = (),
+    performance: PerformanceAnswer | None = None,
 ) -> Answer:
     assumptions = (*extra, *estimate.assumptions, *(fit.assumptions if fit else ()))
+    if performance is not None:
+        assumptions = (*assumptions, *performance.assumptions)
     assumptions = (*model.notes, *assumptions)
     if model.architecture is not None:
         assumptions = (*model.architecture.assumptions, *assumptions)
@@ -255,6 +268,7 @@ def _finish(
         unused,
         engine_options,
         engine_defaults,
+        performance,
     )
 
 
@@ -265,11 +279,20 @@ def answer_inference(
     estimator: str,
     gpu: GpuSpec | None,
     gpu_count: int | None,
+    traffic: Traffic | None = None,
+    slo: Slo | None = None,
 ) -> Answer:
     """Estimate (and fit, with a GPU) ``request`` for ``model``; the request's architecture
-    and GPU memory are set here from ``model`` and ``gpu``."""
+    and GPU memory are set here from ``model`` and ``gpu``. With ``traffic``, also its latency
+    and throughput (and with ``slo`` the replicas it needs: :mod:`.performance`)."""
     extra: list[str] = []
     if estimator == "simple" or model.architecture is None:
+        if traffic is not None:
+            raise InvalidRequest(
+                "`traffic` needs the detailed estimator and the model's architecture: name a "
+                "catalog `model` or post its `hf_config` (estimator `detailed`)",
+                field="traffic",
+            )
         simple = _simple_model(model, extra, estimator)
         model_gpus = request.tensor_parallel_size * request.pipeline_parallel_size
 
@@ -316,6 +339,12 @@ def answer_inference(
             estimate, details={**estimate.details, "weight_format": preset}
         )
     fit = fit_inference(request, gpu.ref, gpu_count) if gpu is not None else None
+    performance = None
+    if traffic is not None:
+        try:
+            performance = estimate_performance(request, traffic, slo)
+        except NotServable as e:
+            extra.append(str(e))
     settings = resolved(request).settings()
     values = dict(settings.values)
     unused, lines = unused_fields(named, get_engine(request.engine).decided_elsewhere(), values)
@@ -329,6 +358,7 @@ def answer_inference(
         unused=unused,
         engine_options=settings.values,
         engine_defaults=tuple(n for n, _ in settings.values if n not in settings.explicit),
+        performance=performance,
     )
 
 

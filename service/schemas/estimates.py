@@ -253,6 +253,44 @@ class SpeculativeOptions(RequestModel):
         return self
 
 
+class TrafficBody(RequestModel):
+    """A closed loop of clients, each keeping one request of these lengths in flight (what
+    `vllm bench serve --max-concurrency` measures)."""
+
+    input_tokens: int = Field(
+        ge=1, le=MAX_SEQUENCE, description="Prompt tokens of one request.", examples=[1024]
+    )
+    output_tokens: int = Field(
+        ge=1, le=MAX_SEQUENCE, description="Tokens one request generates.", examples=[256]
+    )
+    concurrency: int = Field(
+        1,
+        ge=1,
+        le=MAX_CONCURRENCY,
+        description="Requests in flight at once (past the replica's `max_concurrency` they queue).",
+    )
+
+    @model_validator(mode="after")
+    def _bounded_length(self) -> TrafficBody:
+        if self.input_tokens + self.output_tokens > MAX_SEQUENCE:
+            raise ValueError(f"input_tokens + output_tokens exceeds {MAX_SEQUENCE:,} tokens")
+        return self
+
+
+class SloBody(RequestModel):
+    """Targets on the means of one replica's requests, and the rate the fleet must serve."""
+
+    requests_per_s: float = Field(
+        gt=0, le=1e7, description="Requests per second to serve in all.", examples=[20]
+    )
+    ttft_ms: float | None = Field(
+        None, gt=0, le=1e7, description="Mean time to first token, ms (null: any)."
+    )
+    itl_ms: float | None = Field(
+        None, gt=0, le=1e6, description="Mean inter-token latency, ms (null: any)."
+    )
+
+
 class InferenceRequestBody(ModelSelector):
     """Memory to serve a model."""
 
@@ -347,9 +385,22 @@ class InferenceRequestBody(ModelSelector):
         "the rest.",
     )
 
+    traffic: TrafficBody | None = Field(
+        None,
+        description="Answer `performance` (TTFT, ITL, throughput) at this traffic; needs a "
+        "catalog `gpu`.",
+    )
+    slo: SloBody | None = Field(
+        None,
+        description="With `traffic`: answer `sizing`, the replicas of this layout that serve "
+        "`requests_per_s` within the latency targets.",
+    )
+
     @model_validator(mode="after")
     def _one_gpu_given(self) -> InferenceRequestBody:
         _one_gpu(self.gpu, self.gpu_memory_bytes)
+        if self.slo is not None and self.traffic is None:
+            raise ValueError("`slo` needs `traffic` (the request lengths it is sized at)")
         return self
 
     @field_validator("prompt_tokens")
@@ -654,6 +705,72 @@ class UnusedFieldOut(ResponseModel):
     )
 
 
+Bound = Literal["memory", "compute", "communication"]
+
+
+class RangeOut(ResponseModel):
+    low: float = Field(description="The smaller figure of the two ends.")
+    high: float = Field(description="The larger figure.")
+
+
+class ReplicasRangeOut(ResponseModel):
+    low: int = Field(description="Replicas at the fast end of the band.")
+    high: int = Field(description="Replicas at the slow end.")
+
+
+class BandOut(ResponseModel):
+    """An uncalibrated answer's range: the figures at the assumed slow and fast constants."""
+
+    ttft_ms: RangeOut
+    itl_ms: RangeOut
+    output_tokens_per_s: RangeOut
+    requests_per_s: RangeOut
+
+
+class PerformanceOut(ResponseModel):
+    """One replica (TP × PP GPUs) under the `traffic`: means over its requests."""
+
+    ttft_ms: float = Field(description="Time to first token, ms, queue wait included.")
+    itl_ms: float = Field(description="Inter-token latency (time per output token), ms.")
+    output_tokens_per_s: float = Field(description="Generated tokens per second, all GPUs.")
+    requests_per_s: float = Field(description="Requests completed per second.")
+    latency_ms: float = Field(description="One request, end to end, ms.")
+    bound: Bound = Field(description="What limits a step: memory, compute or communication.")
+    saturated: bool = Field(
+        description="`concurrency` exceeds `max_concurrency`: the rest wait in the queue."
+    )
+    calibrated: bool = Field(
+        description="Fitted to measurements of this engine and GPU class (docs/accuracy.md); "
+        "false: the figures are the middle of `band`."
+    )
+    concurrency: int = Field(description="Requests in flight (the traffic's).")
+    running: int = Field(description="Requests the engine runs at once.")
+    max_concurrency: int = Field(
+        description="The most it runs at once: its scheduler limit and its KV pool."
+    )
+    queue_wait_ms: float = Field(description="Mean wait in the engine's queue, ms.")
+    calibration: str | None = Field(description="`engine/gpu-class` of the fitted constants.")
+    band: BandOut | None = Field(description="Uncalibrated answers: the range.")
+
+
+class SizingOut(ResponseModel):
+    """Replicas of the judged layout for the SLO: ⌈rate / per-replica rate⌉."""
+
+    replicas: int | None = Field(description="Replicas needed; null when no load meets it.")
+    gpus: int | None = Field(description="GPUs: replicas × TP × PP.")
+    per_replica_requests_per_s: float = Field(
+        description="Requests per second one replica serves within the SLO."
+    )
+    concurrency: int = Field(description="Requests in flight per replica at that rate.")
+    slo_met: bool = Field(description="Whether one replica meets the latency targets at all.")
+    limited_by: Literal["ttft", "itl", "max_concurrency"] = Field(
+        description="What caps the per-replica rate."
+    )
+    replicas_range: ReplicasRangeOut | None = Field(
+        description="Uncalibrated answers: replicas at the fast and slow ends of the band."
+    )
+
+
 class EstimateResponse(ResponseModel):
     """One estimate: bytes by component, per GPU and in total, with fit and capacity."""
 
@@ -693,3 +810,7 @@ class EstimateResponse(ResponseModel):
         description="Of `engine_options`, the names the engine defaulted (the caller set the "
         "rest), e.g. vLLM's `max_model_len` from the model's derived context.",
     )
+    performance: PerformanceOut | None = Field(
+        None, description="With `traffic`: latency and throughput (docs/performance.md)."
+    )
+    sizing: SizingOut | None = Field(None, description="With `slo`: the replicas it needs.")

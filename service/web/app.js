@@ -203,6 +203,13 @@ function inferenceBody(base, overrides) {
   return body;
 }
 
+// The latency question of the user's request: both token counts and a GPU (null: not asked).
+function trafficOf() {
+  const input = intField("#traffic_input_tokens"), output = intField("#traffic_output_tokens");
+  if (!(input > 0 && output > 0) || !$("#gpu").value) return null;
+  return { input_tokens: input, output_tokens: output, concurrency: intField("#concurrency") };
+}
+
 function finetuneBody(base, overrides) {
   const body = { ...base, method: $("#method").value };
   const weights = $("#ft_weight_format").value;
@@ -229,6 +236,8 @@ function buildItems() {
   const rowOverrides = (row) => (row.kind === "finetune" && !row.set.weight_format
     ? { ...row.set, weight_format: undefined } : row.set);
   const items = [{ kind, request: build(kind) }];
+  const traffic = kind === "inference" ? trafficOf() : null;
+  if (traffic) items[0].request.traffic = traffic;
   for (const row of TABLE_ROWS) {
     const request = build(row.kind, rowOverrides(row));
     if (request.weight_format === undefined) delete request.weight_format;
@@ -446,6 +455,28 @@ function renderChart(bars, usable) {
     `Usable memory of one GPU: ${fmtGB(usable)} (${fmtGiB(usable)})`));
 }
 
+function fmtMs(ms) { return ms.toLocaleString("en-US", { maximumFractionDigits: 1 }) + " ms"; }
+
+function renderPerformance(estimate) {
+  const box = $("#performance");
+  box.replaceChildren();
+  const p = estimate.performance;
+  if (!p) return;
+  box.append(el("p", { id: "performance-sentence", text:
+    `Latency and throughput with ${p.concurrency.toLocaleString("en-US")} requests in flight: ` +
+    `time to first token ${fmtMs(p.ttft_ms)}, inter-token latency ${fmtMs(p.itl_ms)}, ` +
+    `${p.output_tokens_per_s.toLocaleString("en-US")} output tokens/s ` +
+    `(${p.requests_per_s.toLocaleString("en-US")} requests/s) for the replica; a step is ${p.bound}-bound.` }));
+  if (p.saturated) {
+    box.append(el("p", { text: `Saturated: the engine runs ${p.max_concurrency.toLocaleString("en-US")} ` +
+      `at once (its KV pool and scheduler); the rest wait ${fmtMs(p.queue_wait_ms)} in its queue.` }));
+  }
+  if (!p.calibrated) {
+    box.append(el("p", { text: "Not calibrated for this engine, GPU or format: inter-token latency " +
+      `between ${fmtMs(p.band.itl_ms.low)} and ${fmtMs(p.band.itl_ms.high)} (docs/performance.md).` }));
+  }
+}
+
 function render(items, answer) {
   const results = answer.results;
   const first = results[0];
@@ -460,6 +491,7 @@ function render(items, answer) {
     renderBreakdown(first.estimate);
     renderFit(first.estimate);
     renderEngine(first.estimate);
+    renderPerformance(first.estimate);
     const list = $("#assumptions");
     list.replaceChildren(...first.estimate.assumptions.map((a) => el("li", { text: a })));
     bars.push({ key: "request", label: "Your request", estimate: first.estimate });
@@ -468,6 +500,7 @@ function render(items, answer) {
     $("#breakdown tfoot").replaceChildren();
     $("#fit").replaceChildren();
     $("#engine-box").hidden = true;
+    $("#performance").replaceChildren();
   }
   renderTable(results);
   TABLE_ROWS.forEach((row, i) => {

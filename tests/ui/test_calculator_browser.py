@@ -380,3 +380,37 @@ def test_a_max_model_len_typed_in_is_the_one_judged(live_server: str, browser: A
     assert shown["sentence"].startswith("Fits")
     assert expected["summary"] in shown["status"]
     assert shown["options"]["max_model_len"] == ["32768", False]
+
+
+def test_latency_and_throughput_equal_the_api(
+    live_server: str, browser: Any, choices: tuple[str, str]
+) -> None:
+    from selenium.webdriver.common.keys import Keys
+
+    model, gpu = choices
+    browser.get(f"{live_server}/")
+    wait_for(browser, "document.body.dataset.ready === 'true'")
+    run = int(wait_for(browser, "document.querySelector('#results').dataset.run"))
+    choose(browser, "model", model)
+    choose(browser, "engine", "vllm")
+    choose(browser, "gpu", gpu)
+    type_into(browser, "concurrency", "8")
+    type_into(browser, "traffic_input_tokens", "512")
+    type_into(browser, "traffic_output_tokens", "128").send_keys(Keys.ENTER)
+    wait_for(browser, f"Number(document.querySelector('#results').dataset.run) > {run}")
+    request = {
+        "model": model,
+        "engine": "vllm",
+        "concurrency": 8,
+        "gpu": gpu,
+        "traffic": {"input_tokens": 512, "output_tokens": 128, "concurrency": 8},
+    }
+    response = post(live_server, "inference", request)
+    assert response.status_code == 200, response.text
+    perf = response.json()["performance"]
+    sentence = browser.execute_script(
+        "return document.querySelector('#performance-sentence').textContent"
+    )
+    ms = lambda x: f"{x:,.1f}".rstrip("0").rstrip(".") + " ms"  # noqa: E731
+    assert ms(perf["ttft_ms"]) in sentence and ms(perf["itl_ms"]) in sentence
+    assert f"{perf['output_tokens_per_s']:,g} output tokens/s" in sentence
