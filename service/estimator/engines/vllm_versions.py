@@ -137,25 +137,111 @@ def _after(
     )
 
 
-# From 0.11 the memory snapshot follows the distributed init: each line below is the previous
-# one with what its release changed.
-_V0_11 = VllmLine(
+# The oldest line is written out in full; each line after it is the previous one with what its
+# release changed.
+_V0_6_4 = VllmLine(
+    "0.6.4",
+    "0.6.0 – 0.6.4",
+    "vllm/worker/worker.py, vllm/worker/model_runner.py, vllm/model_executor/layers/"
+    "sampler.py, vllm/model_executor/layers/fused_moe/fused_moe.py (v0.6.4)",
+    first="0.6.0",
+    v1=False,
+    budget="device",
+    gpu_memory_utilization=0.9,
+    block_size=16,
+    batch="v0",
+    sampler="v0",
+    sampler_hidden=False,
+    moe="separate",
+    model_max_length_overrides=False,
+    longrope_original=False,
+    fp32_to_fp16=True,
+    mxfp4_hopper="marlin",
+    v0_chunked_tokens=512,
+    hybrid_window_caps_length=True,
+    notes=(
+        "V0 engine: the profiling run is one max_num_batched_tokens batch (the whole "
+        "max_model_len unless chunked prefill, which V0 enables above 32768 tokens); the "
+        "CUDA context and everything else on the device count inside the budget",
+    ),
+)
+_V0_6_5 = _after(
+    _V0_6_4,
+    "0.6.5",
+    "0.6.5 – 0.7.x (V0, the default engine), and V0 in 0.8.x",
+    "vllm/worker/worker.py and vllm/utils.py: memory_profiling (v0.8.5, its V0 worker)",
+    first="0.6.5",
+    budget="profiled",
+    moe="shared",
+    model_max_length_overrides=True,
+    v0_chunked_tokens=2048,
+    hybrid_window_caps_length=False,
+    notes=(
+        "V0 engine with memory profiling: the profiling run is one max_num_batched_tokens "
+        "batch (the whole max_model_len unless chunked prefill); the CUDA context lies "
+        "outside the budget, NCCL's buffers inside",
+    ),
+)
+_V0_8 = _after(
+    _V0_6_5,
+    "0.8.5",
+    "0.8.0 – 0.9.0 (V1 the default engine)",
+    "vllm/v1/worker/gpu_worker.py, vllm/engine/arg_utils.py, vllm/v1/sample/ops/"
+    "topk_topp_sampler.py (v0.8.5)",
+    first="0.8.0",
+    v1=True,
+    budget="device",
+    batch="v1-0.8",
+    sampler="native",
+    v0_fallback=True,
+    encoder_items_per_prompt=True,
+    flashinfer_from_probs=True,
+    notes=(
+        "V1's first worker sized the pool from the device's used memory: the CUDA context "
+        "and NCCL count inside the budget",
+    ),
+)
+_V0_9 = _after(
+    _V0_8,
+    "0.9.1",
+    "0.9.1 – 0.9.x",
+    "vllm/v1/worker/gpu_worker.py, vllm/engine/arg_utils.py, vllm/v1/worker/"
+    "gpu_model_runner.py, vllm/v1/sample/ops/topk_topp_sampler.py (v0.9.1)",
+    first="0.9.1",
+    budget="profiled",
+    batch="v1-0.9",
+    fp32_to_fp16=False,
+    flashinfer_from_probs=False,
+    notes=(
+        "V1 sizes the pool with memory profiling from a snapshot taken before the "
+        "communicators are built: the CUDA context lies outside the budget, NCCL inside",
+    ),
+)
+_V0_10 = _after(
+    _V0_9,
+    "0.10.1",
+    "0.10.x",
+    "vllm/v1/worker/gpu_worker.py, vllm/utils/__init__.py: memory_profiling, "
+    "vllm/engine/arg_utils.py (v0.10.1)",
+    first="0.10.0",
+    batch="v1",
+    sampler_hidden=True,
+    v0_fallback=False,
+    encoder_items_per_prompt=False,
+)
+# From 0.11 the memory snapshot follows the distributed init.
+_V0_11 = _after(
+    _V0_10,
     "0.11.2",
     "0.11.x",
     "vllm/v1/worker/gpu_worker.py, vllm/v1/worker/gpu_model_runner.py, "
     "vllm/model_executor/layers/fused_moe/fused_moe.py (v0.11.2)",
     first="0.11.0",
-    v1=True,
     budget="comm_outside",
-    gpu_memory_utilization=0.9,
-    block_size=16,
-    batch="v1",
-    sampler="native",
-    sampler_hidden=True,
     moe="shared+out",
     kv_cache_memory_hint=True,
     tokens_capped_by_seqs=True,
-    mxfp4_hopper="marlin",
+    longrope_original=True,
     encoder_output_spans_budget=True,
     notes=(
         "mxfp4 on Hopper: Marlin, as a plain `pip install vllm` of this line runs it (the "
@@ -245,119 +331,11 @@ _V0_34 = _after(
 )
 
 LINES: tuple[VllmLine, ...] = (
-    VllmLine(
-        "0.6.4",
-        "0.6.0 – 0.6.4",
-        "vllm/worker/worker.py, vllm/worker/model_runner.py, vllm/model_executor/layers/"
-        "sampler.py, vllm/model_executor/layers/fused_moe/fused_moe.py (v0.6.4)",
-        first="0.6.0",
-        v1=False,
-        budget="device",
-        gpu_memory_utilization=0.9,
-        block_size=16,
-        batch="v0",
-        sampler="v0",
-        sampler_hidden=False,
-        moe="separate",
-        model_max_length_overrides=False,
-        longrope_original=False,
-        fp32_to_fp16=True,
-        mxfp4_hopper="marlin",
-        v0_chunked_tokens=512,
-        hybrid_window_caps_length=True,
-        notes=(
-            "V0 engine: the profiling run is one max_num_batched_tokens batch (the whole "
-            "max_model_len unless chunked prefill, which V0 enables above 32768 tokens); the "
-            "CUDA context and everything else on the device count inside the budget",
-        ),
-    ),
-    VllmLine(
-        "0.6.5",
-        "0.6.5 – 0.7.x (V0, the default engine), and V0 in 0.8.x",
-        "vllm/worker/worker.py and vllm/utils.py: memory_profiling (v0.8.5, its V0 worker)",
-        first="0.6.5",
-        v1=False,
-        budget="profiled",
-        gpu_memory_utilization=0.9,
-        block_size=16,
-        batch="v0",
-        sampler="v0",
-        sampler_hidden=False,
-        moe="shared",
-        longrope_original=False,
-        fp32_to_fp16=True,
-        mxfp4_hopper="marlin",
-        notes=(
-            "V0 engine with memory profiling: the profiling run is one max_num_batched_tokens "
-            "batch (the whole max_model_len unless chunked prefill); the CUDA context lies "
-            "outside the budget, NCCL's buffers inside",
-        ),
-    ),
-    VllmLine(
-        "0.8.5",
-        "0.8.0 – 0.9.0 (V1 the default engine)",
-        "vllm/v1/worker/gpu_worker.py, vllm/engine/arg_utils.py, vllm/v1/sample/ops/"
-        "topk_topp_sampler.py (v0.8.5)",
-        first="0.8.0",
-        v1=True,
-        budget="device",
-        gpu_memory_utilization=0.9,
-        block_size=16,
-        batch="v1-0.8",
-        sampler="native",
-        sampler_hidden=False,
-        moe="shared",
-        longrope_original=False,
-        fp32_to_fp16=True,
-        mxfp4_hopper="marlin",
-        v0_fallback=True,
-        encoder_items_per_prompt=True,
-        flashinfer_from_probs=True,
-        notes=(
-            "V1's first worker sized the pool from the device's used memory: the CUDA context "
-            "and NCCL count inside the budget",
-        ),
-    ),
-    VllmLine(
-        "0.9.1",
-        "0.9.1 – 0.9.x",
-        "vllm/v1/worker/gpu_worker.py, vllm/engine/arg_utils.py, vllm/v1/worker/"
-        "gpu_model_runner.py, vllm/v1/sample/ops/topk_topp_sampler.py (v0.9.1)",
-        first="0.9.1",
-        v1=True,
-        budget="profiled",
-        gpu_memory_utilization=0.9,
-        block_size=16,
-        batch="v1-0.9",
-        sampler="native",
-        sampler_hidden=False,
-        moe="shared",
-        longrope_original=False,
-        mxfp4_hopper="marlin",
-        v0_fallback=True,
-        encoder_items_per_prompt=True,
-        notes=(
-            "V1 sizes the pool with memory profiling from a snapshot taken before the "
-            "communicators are built: the CUDA context lies outside the budget, NCCL inside",
-        ),
-    ),
-    VllmLine(
-        "0.10.1",
-        "0.10.x",
-        "vllm/v1/worker/gpu_worker.py, vllm/utils/__init__.py: memory_profiling, "
-        "vllm/engine/arg_utils.py (v0.10.1)",
-        first="0.10.0",
-        v1=True,
-        budget="profiled",
-        gpu_memory_utilization=0.9,
-        block_size=16,
-        batch="v1",
-        sampler="native",
-        sampler_hidden=True,
-        moe="shared",
-        longrope_original=False,
-        mxfp4_hopper="marlin",
-    ),
+    _V0_6_4,
+    _V0_6_5,
+    _V0_8,
+    _V0_9,
+    _V0_10,
     _V0_11,
     _V0_13,
     _V0_16,
