@@ -149,21 +149,16 @@ ROW_OPTIONS: dict[str, dict[str, Any]] = {
     # 79.18 GiB (the document's campaign default is 0.9; its 20b row sums to 0.9 × 79.18).
     "v_llmd_h100_gptoss120b": {"mxfp4_backend": "triton", "gpu_memory_utilization": 0.95},
     "v_llmd_h100_gptoss20b": {"mxfp4_backend": "triton"},
-    # The log prints "Using FlashInfer for top-p & top-k sampling." (V1 picks FlashInfer's
-    # sampler whenever the package is installed in 0.8-0.10). The campaign's A100 40GB run
-    # prints "FlashInfer is not available" instead and keeps the default. v_17469's workers
-    # print it too (topk_topp_sampler.py:59, vLLM 0.8.5).
-    **{
-        row: {"sampler": "flashinfer"}
-        for row in (
-            "v_dl_7b_1g_025",
-            "v_dl_7b_1g_05",
-            "v_dl_7b_2g_025",
-            "v_dl_7b_2g_05",
-            "v_dl_120b_4g_08",
-            "v_17469",
-        )
-    },
+    # The sampler, where the row's log or source names it (``auto``, the default, is what the
+    # official image of the line runs: FlashInfer in 0.8-0.10). The campaign's A100 40GB run
+    # prints "FlashInfer is not available. Falling back to the PyTorch-native implementation";
+    # v_23278 and v_27508 run from conda environments (the site-packages paths of their
+    # tracebacks), pip installs of a wheel that does not require flashinfer. v_brendan keeps
+    # ``auto``: its installation script pip-installs vllm and then sglang[all], whose runtime
+    # extra requires flashinfer_python.
+    "v_dl_7b_2g40_05": {"sampler": "native"},
+    "v_23278": {"sampler": "native"},
+    "v_27508": {"sampler": "native"},
     # Started through the Python ``LLM`` class (vLLM's LLM_CLASS usage context, whose V1
     # scheduling defaults differ from ``vllm serve``): v_brendan's notebook builds
     # ``vllm.LLM(...)`` in hello_world_script.py at the row's commit.

@@ -222,12 +222,14 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "sampler",
         str,
-        "vLLM: the top-k/top-p sampler its profiling run measures (`auto`: the line's own; "
-        "`flashinfer`: FlashInfer's, which V1 picks whenever the flashinfer package is "
-        "installed in 0.8-0.10 (the Docker image ships it, a plain pip install does not) and "
-        "only under VLLM_USE_FLASHINFER_SAMPLER=1 in 0.11-0.20; the log then says 'Using "
-        "FlashInfer for top-p & top-k sampling'. From 0.21 FlashInfer serves by default but "
-        "the profiling run also warms the Triton path, whose peak stands either way).",
+        "vLLM: the top-k/top-p sampler its profiling run measures (`auto`: what the line's "
+        "official image vllm/vllm-openai runs: FlashInfer's in 0.8-0.10, whose V1 sampler takes "
+        "it whenever the flashinfer package imports and whose image ships it, the line's own "
+        "elsewhere and on ROCm; `native`: the line's own, as a pip install without flashinfer "
+        "runs it; `flashinfer`: FlashInfer's, which 0.11.2-0.20 take only under "
+        "VLLM_USE_FLASHINFER_SAMPLER=1; the log then says 'Using FlashInfer for top-p & top-k "
+        "sampling'. From 0.21 the profiling run also warms the Triton path, whose peak stands "
+        "either way).",
         default="auto",
         choices=SAMPLER_CHOICES,
     ),

@@ -48,6 +48,7 @@ __all__ = [
     "encoder_items",
     "profile_peak",
     "sampler_buffer_rows",
+    "sampler_choice",
 ]
 
 # Multiprocessors assumed when the GPU's count is unknown (H100 SXM / H200: 132; a MIG slice
@@ -93,8 +94,41 @@ _SAMPLER_BYTES["flashinfer"] = 12.0
 # ``top_k_top_p_sampling_from_probs`` with a [32, R] uniform-sample tensor and no [R, V] buffer.
 _FLASHINFER_FROM_PROBS = 8.0
 
-#: ``sampler`` engine option values: ``auto`` runs the line's own sampler.
-SAMPLER_CHOICES = ("auto", "flashinfer")
+#: ``sampler`` engine option values: ``auto`` runs what the line's official image runs
+#: (:func:`sampler_choice`), ``flashinfer`` FlashInfer's top-k/top-p, ``native`` the line's own.
+SAMPLER_CHOICES = ("auto", "flashinfer", "native")
+
+
+def sampler_choice(line: VllmLine, requested: str, gpu: GpuSpec | None) -> tuple[str, str | None]:
+    """(``flashinfer`` or the line's own sampler kind, the note that names the choice).
+
+    ``auto`` follows the project's official image of the line (``VllmLine.image_installs``):
+    where it ships flashinfer and the line's V1 sampler takes it whenever it imports (0.8 -
+    0.10), FlashInfer samples on an NVIDIA GPU (``current_platform.is_cuda()``; ROCm builds
+    sample natively). V0 samples with FlashInfer only under an environment variable and keeps
+    its own sampler here."""
+    if not line.v1:
+        return line.sampler, (
+            "V0 samples with FlashInfer only under VLLM_USE_FLASHINFER_SAMPLER=1: modelled with "
+            "its sort-based sampler"
+            if requested == "flashinfer"
+            else None
+        )
+    cuda = gpu is None or gpu.vendor != "amd"
+    if requested == "auto":
+        if line.image_installs == "flashinfer" and cuda:
+            return "flashinfer", (
+                f"sampler: FlashInfer's top-k/top-p, as in vLLM's official image of this line "
+                f"(vllm/vllm-openai, flashinfer {line.image_flashinfer}), whose V1 sampler takes "
+                "it whenever it imports; a pip install without flashinfer samples natively "
+                "(engine_options.sampler: native)"
+            )
+        return line.sampler, None
+    if requested == "flashinfer" and not cuda:
+        return line.sampler, "FlashInfer's sampler is CUDA-only: a ROCm build samples natively"
+    if requested == "native":
+        return line.sampler, None
+    return "flashinfer", None
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,27 +212,24 @@ def profile_peak(
     mm_limit: int | None,
     sampler_kind: str = "auto",
 ) -> ProfileRun:
-    """The profiling run of one GPU of a stage under ``line``; ``sampler_kind`` ``flashinfer``
-    replaces a V1 line's top-k/top-p by FlashInfer's (V0 runs it only on request through an
-    environment variable and keeps its own sampler here)."""
+    """The profiling run of one GPU of a stage under ``line``; ``sampler_kind`` is the
+    ``sampler`` option (:func:`sampler_choice`)."""
     t = tokens
     rows = max_num_seqs if not line.v1 else min(max_num_seqs, t)
     notes: list[str] = []
-    flashinfer = sampler_kind == "flashinfer" and line.v1 and not line.warms_native_sampler
-    if sampler_kind == "flashinfer" and line.warms_native_sampler:
+    kind, choice_note = sampler_choice(line, sampler_kind, gpu)
+    if choice_note:
+        notes.append(choice_note)
+    flashinfer = kind == "flashinfer"
+    if flashinfer and line.warms_native_sampler:
         notes.append(
             f"vLLM {line.name}'s profiling run also warms the native sampler (Triton top-k/"
             "top-p): its peak stands whichever sampler serves"
         )
-    if sampler_kind == "flashinfer" and not line.v1:
-        notes.append(
-            "V0 samples with FlashInfer only under VLLM_USE_FLASHINFER_SAMPLER=1: modelled with "
-            "its sort-based sampler"
-        )
+        kind, flashinfer = line.sampler, False
     quant = activation_quantized(weight_kind, gpu)
     transient, persistent = _layer_moment(arch, c, line, tp, t, quant)
     forward = c.dtype_bytes * HIDDEN_TENSORS * arch.hidden_size * t + transient
-    kind = "flashinfer" if flashinfer else line.sampler
     per_logit = c.dtype_bytes + _SAMPLER_BYTES[kind]
     if flashinfer and line.flashinfer_from_probs:
         per_logit = c.dtype_bytes + _FLASHINFER_FROM_PROBS

@@ -41,6 +41,14 @@ What differs between lines, field by field:
   (whether the forward's ``tokens × h`` output stays alive through the sampler run: 0.10.1
   onwards), ``moe`` and ``moe_chunk_tokens`` (the fused-MoE buffers and the tokens they are
   sized for, :mod:`.moe_workspace`).
+- ``image_installs``: what the project's official image of the line (``vllm/vllm-openai:vX``)
+  installs that changes a default the caller leaves unset. The image ships flashinfer since
+  0.5.1 (vllm-project/vllm#6172), and the V1 sampler of 0.8 - 0.10 takes FlashInfer's
+  top-k/top-p whenever the package imports (``VLLM_USE_FLASHINFER_SAMPLER`` unset means on in
+  V1: ``v1/sample/ops/topk_topp_sampler.py: TopKTopPSampler.__init__``); the PyPI wheel lists
+  it only as the ``[flashinfer]`` extra (0.10.1, 0.11.0) or not at all (0.8.5, 0.9.1), so a
+  plain ``pip install`` samples natively (``sampler: native``). 0.11.0 still takes it when
+  installed; from 0.11.2 (the line's code) only under ``VLLM_USE_FLASHINFER_SAMPLER=1``.
 - ``kv_cache_memory_hint``: the start-up log offers a ``--kv-cache-memory`` value (from
   0.11.2; at DEBUG level until 0.34, which logs it at INFO).
 - ``max_len``: the derived ``max_model_len`` rules that changed (a config's
@@ -113,6 +121,12 @@ class VllmLine:
     # 0.11.2: each dummy image's encoder output spans the whole encoder budget.
     encoder_output_spans_budget: bool = False
     mxfp4_hopper: Literal["marlin", "triton"] = "triton"
+    # What the project's official image of the line (vllm/vllm-openai:v<release>) installs that
+    # changes a default: ``flashinfer``, which this line's V1 sampler takes whenever it imports
+    # (``TopKTopPSampler.__init__``, 0.8-0.10); None: nothing the estimate prices.
+    image_installs: Literal["flashinfer"] | None = None
+    # The flashinfer release that image ships (named in the answer).
+    image_flashinfer: str = ""
     notes: tuple[str, ...] = ()
 
     @property
@@ -196,6 +210,11 @@ _V0_8 = _after(
     v0_fallback=True,
     encoder_items_per_prompt=True,
     flashinfer_from_probs=True,
+    image_installs="flashinfer",
+    image_flashinfer=(
+        "below 0.2.3, the only flashinfer 0.8.5 samples with (the workers of vllm-project/vllm"
+        "#17469 log it)"
+    ),
     notes=(
         "V1's first worker sized the pool from the device's used memory: the CUDA context "
         "and NCCL count inside the budget",
@@ -212,6 +231,7 @@ _V0_9 = _after(
     batch="v1-0.9",
     fp32_to_fp16=False,
     flashinfer_from_probs=False,
+    image_flashinfer="0.2.5 / 0.2.6.post1 (docker/Dockerfile, vllm-project/vllm#19810)",
     notes=(
         "V1 sizes the pool with memory profiling from a snapshot taken before the "
         "communicators are built: the CUDA context lies outside the budget, NCCL inside",
@@ -228,6 +248,7 @@ _V0_10 = _after(
     sampler_hidden=True,
     v0_fallback=False,
     encoder_items_per_prompt=False,
+    image_flashinfer="0.2.8rc1 / 0.2.9 (vllm-project/vllm#21768, #22233)",
 )
 # From 0.11 the memory snapshot follows the distributed init.
 _V0_11 = _after(
@@ -243,6 +264,8 @@ _V0_11 = _after(
     tokens_capped_by_seqs=True,
     longrope_original=True,
     encoder_output_spans_budget=True,
+    image_installs=None,
+    image_flashinfer="",
     notes=(
         "mxfp4 on Hopper: Marlin, as a plain `pip install vllm` of this line runs it (the "
         "wheel does not ship triton_kernels)",

@@ -313,7 +313,7 @@ def test_flashinfer_sampler_holds_no_sort() -> None:
     # FlashInfer (flashinfer_sample -> top_k_top_p_sampling_from_logits, top_k_first): bf16
     # logits 2 + fp32 copy 4 + top-k-masked logits 4 + softmax probabilities 4 = 14 B.
     logits = 256 * 128256
-    native = _sampler_setup("0.10.1", "auto").stages[-1].fixed_activation
+    native = _sampler_setup("0.10.1", "native").stages[-1].fixed_activation
     flashinfer = _sampler_setup("0.10.1", "flashinfer").stages[-1].fixed_activation
     assert native - flashinfer == logits * (38 - 14)
     assert flashinfer >= logits * 14
@@ -336,7 +336,7 @@ def test_triton_sampler_from_0_17_and_its_warm_up_from_0_21() -> None:
     def moment(version: str, sampler: str = "auto") -> int:
         return int(_sampler_setup(version, sampler).stages[-1].fixed_activation)
 
-    assert moment("0.16.0") - moment("0.19") == logits * (38 - 14) - buffer
+    assert moment("0.16.0", "native") - moment("0.19") == logits * (38 - 14) - buffer
     # FlashInfer on request in 0.19 (VLLM_USE_FLASHINFER_SAMPLER=1): 14 B per logit, no buffer.
     assert moment("0.19") - moment("0.19", "flashinfer") == buffer
     # From 0.21 the dummy run also warms the native path, so FlashInfer never lowers the peak.
@@ -349,7 +349,7 @@ def test_0_8_5_flashinfer_samples_from_probabilities() -> None:
     # (topk_topp_sampler.forward_cuda -> top_k_top_p_sampling_from_probs): bf16 logits 2 + fp32
     # copy 4 + softmax probabilities 4 = 10 B per logit, against the sort path's 38 B.
     logits = 1024 * 128256
-    native = _sampler_setup("0.8.5", "auto").stages[-1].fixed_activation
+    native = _sampler_setup("0.8.5", "native").stages[-1].fixed_activation
     flashinfer = _sampler_setup("0.8.5", "flashinfer").stages[-1].fixed_activation
     assert native - flashinfer == logits * (38 - 10)
 
@@ -358,9 +358,37 @@ def test_0_9_1_flashinfer_samples_from_logits_on_256_rows_of_an_a100() -> None:
     # 0.9.1: the A100 takes 2048 tokens and 256 sequences; FlashInfer 0.2.3+ is called through
     # top_k_top_p_sampling_from_logits, as in 0.10.1: 14 B per logit against 38.
     logits = 256 * 128256
-    native = _sampler_setup("0.9.1", "auto").stages[-1].fixed_activation
+    native = _sampler_setup("0.9.1", "native").stages[-1].fixed_activation
     flashinfer = _sampler_setup("0.9.1", "flashinfer").stages[-1].fixed_activation
     assert native - flashinfer == logits * (38 - 14)
+
+
+def test_auto_sampler_follows_the_official_image() -> None:
+    # 0.8 - 0.10's V1 sampler takes FlashInfer whenever flashinfer imports
+    # (topk_topp_sampler.TopKTopPSampler.__init__: VLLM_USE_FLASHINFER_SAMPLER unset is "on" in
+    # V1), and the vllm/vllm-openai image of those releases ships it (vllm-project/vllm#6172,
+    # #21768): `auto` is FlashInfer there, and the answer says so. From 0.11.2 FlashInfer is
+    # opt-in (VLLM_USE_FLASHINFER_SAMPLER=1): `auto` is the line's own sampler.
+    for version in ("0.8.5", "0.9.1", "0.10.1"):
+        auto = _sampler_setup(version, "auto")
+        assert auto.stages[-1].fixed_activation == (
+            _sampler_setup(version, "flashinfer").stages[-1].fixed_activation
+        )
+        assert any("official image" in n for n in auto.assumptions), version
+    for version in ("0.6.4", "0.11.2", "0.16.0"):
+        auto = _sampler_setup(version, "auto")
+        assert auto.stages[-1].fixed_activation == (
+            _sampler_setup(version, "native").stages[-1].fixed_activation
+        )
+        assert not any("official image" in n for n in auto.assumptions), version
+
+
+def test_auto_sampler_is_native_on_rocm() -> None:
+    # current_platform.is_cuda() is False on ROCm: the V1 sampler never takes FlashInfer.
+    mi300x = GpuSpec("mi300x", "AMD Instinct MI300X", 192 * GIB, vendor="amd")
+    auto = _sampler_setup("0.10.1", "auto", mi300x).stages[-1].fixed_activation
+    assert auto == _sampler_setup("0.10.1", "native", mi300x).stages[-1].fixed_activation
+    assert auto > _sampler_setup("0.10.1", "flashinfer").stages[-1].fixed_activation
 
 
 def _v0_forward(model: str, max_model_len: int) -> int:
