@@ -421,6 +421,8 @@ def _fmt(v: float, unit: str) -> str:
 
 
 def report() -> str:
+    from bench.validate import public_logs_cells as cells  # it reads this module's rows
+
     cases, verdicts, excluded = evaluate()
     lines = [
         "## Held-out: public vLLM logs",
@@ -431,6 +433,7 @@ def report() -> str:
         "catalog does not hold, whose release is unknown or older than the oldest modelled "
         "line, or that print nothing checkable are listed below with the reason.",
         "",
+        cells.report(cases),
         "### Per release line and component",
         "",
         "| line | component | n | mean abs error | worst |",

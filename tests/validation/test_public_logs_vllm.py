@@ -91,3 +91,35 @@ def test_start_or_refuse_verdicts(
     assert len(verdicts) >= 42
     assert sum(not v.agrees for v in verdicts) <= 1
     assert {v.printed for v in verdicts} == {"started", "refused"}
+
+
+def test_no_public_log_source_is_a_fit_source() -> None:
+    # Validation by source: a row is out of sample only if no register entry was fitted on a
+    # row of its source (the bare-context issues, the llm-d-planner campaign, ...).
+    from bench.validate import public_logs_cells as cells
+
+    assert len(cells.fit_sources()) >= 8
+    assert cells.shared_sources() == []
+    # The identity used: an issue by its number, committed files by their repository.
+    assert cells.source_of("https://github.com/vllm-project/vllm/issues/10517") == (
+        "vllm-project/vllm#10517"
+    )
+    assert cells.source_of("https://github.com/a/b/blob/0123abc/logs/x.log") == "a/b"
+
+
+def test_every_scored_pool_row_sits_in_one_cell(
+    evaluated: tuple[list[p.Case], list[p.Verdict], list[p.Excluded]],
+) -> None:
+    from bench.validate import public_logs_cells as cells
+
+    pcs = cells.pool_cases(evaluated[0])
+    rows_with_pool = {c.row for c in evaluated[0] if c.component in ("kv_pool", "kv_tokens")}
+    assert {pc.row for pc in pcs} == rows_with_pool
+    _table, empty = cells.cell_table(pcs)
+    groups = [g for g, _ in cells.LINE_GROUPS]
+    assert all(pc.group in groups for pc in pcs)
+    # A cell is named empty exactly when no row falls in it.
+    for group in groups:
+        for family in [f for f, _ in cells.GPU_FAMILIES] + [cells.UNNAMED]:
+            filled = any(pc.group == group and pc.family == family for pc in pcs)
+            assert (f"{group} × {family}" in empty) != filled
