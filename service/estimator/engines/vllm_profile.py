@@ -55,8 +55,10 @@ __all__ = [
 # too, whose share is not published); it sizes the Triton sampler's cached buffer, whose rows
 # never exceed it.
 DEFAULT_MULTIPROCESSORS = 132
-# vLLM's default image limit per prompt when --limit-mm-per-prompt names none (999).
+# vLLM's default image limit per prompt when --limit-mm-per-prompt names none: 999 in V1, one
+# item per modality in V0 (MultiModalConfig.get_limit_per_prompt, v0.8.5).
 DEFAULT_MM_LIMIT = 999
+V0_DEFAULT_MM_LIMIT = 1
 # Formats whose linears quantize activations on the fly (W8A8 int8, fp8 on native-fp8 GPUs).
 _ACT_QUANT_KINDS = ("int8-channel", "fp8-tensor", "fp8-channel", "fp8-block")
 # Architectures vLLM runs through ``models/llama.py`` (``registry.py``), whose ``LlamaMLP.forward``
@@ -217,6 +219,15 @@ def profile_peak(
     t = tokens
     rows = max_num_seqs if not line.v1 else min(max_num_seqs, t)
     notes: list[str] = []
+    v = arch.vision
+    v0_images = 0
+    if v is not None and not line.v1 and mm_limit != 0:
+        # V0 (model_runner.py: profile_run) fills min(max_num_seqs, T // max_mm_tokens)
+        # sequences, each with `limit` dummy images (V0's default limit: one per modality,
+        # MultiModalConfig.get_limit_per_prompt), and samples on those sequences only.
+        limit = V0_DEFAULT_MM_LIMIT if mm_limit is None else mm_limit
+        rows = max(1, min(max_num_seqs, t // (limit * v.tokens_per_image)))
+        v0_images = rows * limit
     kind, choice_note = sampler_choice(line, sampler_kind, gpu)
     if choice_note:
         notes.append(choice_note)
@@ -242,7 +253,20 @@ def profile_peak(
     alive = (t + 2 * rows) * c.hidden_row if line.sampler_hidden else rows * c.hidden_row
     sampler = rows * c.vocab * per_logit + buffer + alive
     held = persistent
-    v = arch.vision
+    if v0_images:
+        assert v is not None
+        # The pixel values sit in the model input through the sampler; the encoder outputs
+        # are merged into the input embeddings inside the forward and die with it.
+        pixels = v0_images * v.num_channels * v.image_size**2 * 4
+        outputs = v0_images * v.tokens_per_image * v.projector_out * c.dtype_bytes
+        held += pixels
+        forward += outputs
+        notes.append(
+            f"vLLM V0 profiles {rows} sequences of {v0_images // rows} dummy image(s) each "
+            f"({v.tokens_per_image} tokens per image): pixels {pixels / 2**30:.2f} GiB held, "
+            f"encoder outputs {outputs / 2**30:.2f} GiB through the forward; the sampler runs "
+            f"on those {rows} sequences"
+        )
     if v is not None and line.v1 and mm_limit != 0:
         limit = DEFAULT_MM_LIMIT if mm_limit is None else mm_limit
         tok = v.tokens_per_image

@@ -66,7 +66,16 @@ from typing import Any, Literal
 
 from service.estimator.errors import InvalidRequest
 
-__all__ = ["LINES", "NEWEST", "VllmLine", "line_for", "parse_version"]
+__all__ = [
+    "LINES",
+    "NEWEST",
+    "V0_CHUNKED_ABOVE",
+    "V0_MULTIMODAL_MIN_TOKENS",
+    "VllmLine",
+    "line_for",
+    "parse_version",
+    "v0_batch_tokens",
+]
 
 Budget = Literal["device", "profiled", "comm_outside", "extensible"]
 Batch = Literal["v0", "v1-0.8", "v1-0.9", "v1", "v1-0.34"]
@@ -102,6 +111,9 @@ class VllmLine:
     fp32_to_fp16: bool = False  # --dtype auto: float32 checkpoints run in fp16 (<= 0.8.5)
     # V0 with chunked prefill (above 32768 tokens): the tokens of one profiled batch.
     v0_chunked_tokens: int = 2048
+    # 0.6.5 on: V0 turns chunked prefill on by default on CUDA only (ROCm keeps the whole
+    # max_model_len batch), and 0.8's V0 not for an MLA model (_set_default_args_v0).
+    v0_chunked_cuda_only: bool = False
     # 0.8-0.9: V1 falls back to the V0 engine below compute capability 8.0 and for float32
     # (EngineArgs._is_v1_supported_oracle).
     v0_fallback: bool = False
@@ -189,6 +201,7 @@ _V0_6_5 = _after(
     moe="shared",
     model_max_length_overrides=True,
     v0_chunked_tokens=2048,
+    v0_chunked_cuda_only=True,
     hybrid_window_caps_length=False,
     notes=(
         "V0 engine with memory profiling: the profiling run is one max_num_batched_tokens "
@@ -369,6 +382,40 @@ LINES: tuple[VllmLine, ...] = (
 )
 
 NEWEST: VllmLine = LINES[-1]
+
+# V0 turns chunked prefill on by default above this max_model_len (EngineArgs).
+V0_CHUNKED_ABOVE = 32768
+# V0's SchedulerConfig raises a multimodal model's default token budget to this
+# (_MULTIMODAL_MODEL_MAX_NUM_BATCHED_TOKENS, vllm/config.py, v0.6.4 - v0.8.5).
+V0_MULTIMODAL_MIN_TOKENS = 5120
+
+
+def v0_batch_tokens(
+    line: VllmLine,
+    max_model_len: int,
+    *,
+    multimodal: bool,
+    sliding_window: bool,
+    mla: bool,
+    rocm: bool,
+) -> int:
+    """V0's default ``max_num_batched_tokens``: 512 / 2048 (the line's) with chunked prefill,
+    which V0 turns on above 32768 tokens on CUDA for a model without a multimodal tower or a
+    sliding window (0.6.5 on: not on ROCm, and not for MLA; EngineArgs.create_engine_config
+    v0.6.4 / v0.7.3, _set_default_args_v0 v0.8.5), else ``max(max_model_len, 2048)``, at
+    least 5120 for a multimodal model (SchedulerConfig)."""
+    chunked = (
+        max_model_len > V0_CHUNKED_ABOVE
+        and not multimodal
+        and not sliding_window
+        and not (line.v0_chunked_cuda_only and (rocm or mla))
+    )
+    if chunked:
+        return line.v0_chunked_tokens
+    tokens = max(max_model_len, 2048)
+    return max(tokens, V0_MULTIMODAL_MIN_TOKENS) if multimodal else tokens
+
+
 _BY_NAME = {line.name: line for line in LINES}
 _VERSION = re.compile(r"^v?(\d{1,3})\.(\d{1,4})(?:\.(\d{1,4}))?(?:[.+-]?[0-9A-Za-z.+-]{0,60})?$")
 

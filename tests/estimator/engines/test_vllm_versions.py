@@ -415,3 +415,65 @@ def test_v0_qwen2_mlp_keeps_gate_up_through_down_proj() -> None:
     # models/qwen2.py names the gate/up output (gate_up, _ = ...), alive until the MLP returns:
     # 4 hidden rows + 3I. Qwen2-7B: h 3584, I 18944, bf16, one 20000-token batch.
     assert _v0_forward("Qwen/Qwen2-7B-Instruct", 20000) == 20000 * (4 * 3584 + 3 * 18944) * 2
+
+
+def _profile(version: str, model: str, tokens: int, seqs: int, mm_limit: int | None):  # type: ignore[no-untyped-def]
+    from service.estimator.engines.vllm_profile import profile_peak
+    from service.estimator.forward import forward_coefficients
+
+    arch = catalog_architecture(model)
+    line, _ = line_for(version)
+    c = forward_coefficients(arch, 2, 1, fused_moe=True, eager=False)
+    run = profile_peak(
+        arch,
+        c,
+        line,
+        tp=1,
+        tokens=tokens,
+        max_num_seqs=seqs,
+        max_model_len=8192,
+        is_last=True,
+        weight_kind="bf16",
+        gpu=A100,
+        mm_limit=mm_limit,
+        sampler_kind="native",
+    )
+    return arch, run
+
+
+def test_v0_multimodal_profile_fills_budget_over_image_tokens_sequences() -> None:
+    # vLLM V0 (worker/model_runner.py: profile_run, v0.6.5 / v0.8.5's V0): max_num_seqs =
+    # min(256, T // max_mm_tokens) with max_mm_tokens = limit (V0 default 1) x 256 tokens per
+    # Gemma 3 image: 8192 // 256 = 32 sequences of one 896 px image each; the sampler runs on
+    # those 32 rows. Pixels (fp32, 3 x 896 x 896) held; encoder outputs (256 x 2560 x bf16 for
+    # gemma-3-4b) through the forward.
+    arch, run = _profile("0.7.3", "google/gemma-3-4b-it", 8192, 256, None)
+    _, text_only = _profile("0.7.3", "google/gemma-3-4b-it", 8192, 256, 0)
+    assert arch.vision is not None and arch.vision.tokens_per_image == 256
+    assert run.rows == 32 and text_only.rows == 256
+    assert run.held - text_only.held == 32 * 3 * 896 * 896 * 4
+    assert run.forward - text_only.forward == 32 * 256 * 2560 * 2
+    # Two images per prompt: 8192 // 512 = 16 sequences, 32 images.
+    _, two = _profile("0.7.3", "google/gemma-3-4b-it", 8192, 256, 2)
+    assert two.rows == 16 and two.held - text_only.held == 32 * 3 * 896 * 896 * 4
+
+
+def test_v0_default_batch_tokens() -> None:
+    # EngineArgs (v0.7.3 create_engine_config; v0.8.5 _set_default_args_v0) and SchedulerConfig:
+    # chunked prefill (2048 tokens) above 32768 on CUDA only for models without a multimodal
+    # tower or a sliding window; else max(max_model_len, 2048), at least 5120 for a multimodal
+    # model. 0.6.4 (512 chunked tokens) also chunks on ROCm.
+    from service.estimator.engines.vllm_versions import v0_batch_tokens
+
+    v065, v064 = line_for("0.6.5")[0], line_for("0.6.4")[0]
+    plain = {"multimodal": False, "sliding_window": False, "mla": False, "rocm": False}
+    assert v0_batch_tokens(v065, 65536, **plain) == 2048
+    assert v0_batch_tokens(v064, 65536, **plain) == 512
+    assert v0_batch_tokens(v065, 32768, **plain) == 32768
+    assert v0_batch_tokens(v065, 1024, **plain) == 2048
+    assert v0_batch_tokens(v065, 65536, **(plain | {"rocm": True})) == 65536
+    assert v0_batch_tokens(v064, 65536, **(plain | {"rocm": True})) == 512
+    assert v0_batch_tokens(v065, 65536, **(plain | {"sliding_window": True})) == 65536
+    assert v0_batch_tokens(v065, 65536, **(plain | {"mla": True})) == 65536
+    assert v0_batch_tokens(v065, 4096, **(plain | {"multimodal": True})) == 5120
+    assert v0_batch_tokens(v065, 65536, **(plain | {"multimodal": True})) == 65536
