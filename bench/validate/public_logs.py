@@ -76,6 +76,8 @@ GPU_REF = {
     "T4 (README: NVIDIA T4 (SM75))": "t4",
     "RTX 3090 (24GB)": "rtx-3090",
     "A100-PCIE-40GB": "a100-pcie-40gb",
+    'L40S (PR text: "1xL40S GPU")': "l40s",
+    'H100 (PR text: "H100-80G")': "h100",
 }
 
 #: Printed model names -> catalog ids, where the row's name is not the catalog id itself.
@@ -156,7 +158,11 @@ ROW_OPTIONS: dict[str, dict[str, Any]] = {
     # tracebacks), pip installs of a wheel that does not require flashinfer. v_brendan keeps
     # ``auto``: its installation script pip-installs vllm and then sglang[all], whose runtime
     # extra requires flashinfer_python.
+    # v_pr17122_l40s and v_pr21429_q3_235b are the test runs of vLLM developers' pull requests,
+    # development builds of a source checkout, whose requirements do not include flashinfer.
     "v_dl_7b_2g40_05": {"sampler": "native"},
+    "v_pr17122_l40s": {"sampler": "native"},
+    "v_pr21429_q3_235b": {"sampler": "native"},
     "v_23278": {"sampler": "native"},
     "v_27508": {"sampler": "native"},
     # Started through the Python ``LLM`` class (vLLM's LLM_CLASS usage context, whose V1
