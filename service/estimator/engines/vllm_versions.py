@@ -12,6 +12,11 @@ What differs between lines, field by field:
   (``vllm/worker/worker.py: determine_num_available_blocks`` in 0.6.4;
   ``vllm/v1/worker/gpu_worker.py: determine_available_memory`` later):
 
+  - ``profiled`` in 0.6.0 – 0.6.3 too, by another route: ``total × util − (free memory at
+    the worker's first reading − free memory after the profiling run)``, read before
+    ``empty_cache``, so what the caching allocator reserves counts (priced as its allocated
+    peak) and the CUDA context, read before, does not (``determine_num_available_blocks``,
+    v0.6.1, v0.6.3.post1; vllm-project/vllm#9352 replaced it in 0.6.4).
   - ``device``: ``total × util − (torch peak incl. weights + every byte on the device the
     process's allocator does not hold)``: the CUDA context, NCCL and library workspaces are
     inside (0.6.4; the V1 worker of 0.8.5 kept this formula).
@@ -165,14 +170,15 @@ def _after(
 
 # The oldest line is written out in full; each line after it is the previous one with what its
 # release changed.
-_V0_6_4 = VllmLine(
-    "0.6.4",
-    "0.6.0 – 0.6.4",
-    "vllm/worker/worker.py, vllm/worker/model_runner.py, vllm/model_executor/layers/"
-    "sampler.py, vllm/model_executor/layers/fused_moe/fused_moe.py (v0.6.4)",
+_V0_6_3 = VllmLine(
+    "0.6.3",
+    "0.6.0 – 0.6.3.post1",
+    "vllm/worker/worker.py: determine_num_available_blocks, vllm/worker/model_runner.py, "
+    "vllm/model_executor/layers/sampler.py, vllm/model_executor/layers/fused_moe/fused_moe.py "
+    "(v0.6.1, v0.6.3.post1)",
     first="0.6.0",
     v1=False,
-    budget="device",
+    budget="profiled",
     gpu_memory_utilization=0.9,
     block_size=16,
     batch="v0",
@@ -185,6 +191,21 @@ _V0_6_4 = VllmLine(
     mxfp4_hopper="marlin",
     v0_chunked_tokens=512,
     hybrid_window_caps_length=True,
+    notes=(
+        "V0 engine: the pool is total x util less what the device lost since the worker's "
+        "first reading (after the CUDA context, before NCCL): weights, NCCL and what the "
+        "caching allocator still reserves after the profiling run, priced as its allocated "
+        "peak (fragmentation not modelled)",
+    ),
+)
+_V0_6_4 = _after(
+    _V0_6_3,
+    "0.6.4",
+    "0.6.4 – 0.6.4.post1",
+    "vllm/worker/worker.py, vllm/worker/model_runner.py, vllm/model_executor/layers/"
+    "sampler.py, vllm/model_executor/layers/fused_moe/fused_moe.py (v0.6.4)",
+    first="0.6.4",
+    budget="device",
     notes=(
         "V0 engine: the profiling run is one max_num_batched_tokens batch (the whole "
         "max_model_len unless chunked prefill, which V0 enables above 32768 tokens); the "
@@ -367,6 +388,7 @@ _V0_34 = _after(
 )
 
 LINES: tuple[VllmLine, ...] = (
+    _V0_6_3,
     _V0_6_4,
     _V0_6_5,
     _V0_8,

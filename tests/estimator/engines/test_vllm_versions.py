@@ -41,8 +41,10 @@ A100 = GpuSpec("a100", "NVIDIA A100 SXM4 80GB", round(79.15 * GIB), (8, 0), vend
         ("0.11.0", "0.11.2", True),
         ("0.21.0", "0.22", True),
         ("0.8.0", "0.8.5", True),
-        ("0.6.0", "0.6.4", True),
-        ("0.2.5", "0.6.4", True),  # before every line: the oldest, said so
+        ("0.6.0", "0.6.3", True),
+        ("0.6.3.post1", "0.6.3", False),
+        ("0.6.4.post1", "0.6.4", False),
+        ("0.2.5", "0.6.3", True),  # before every line: the oldest, said so
         ("1.2.0", NEWEST.name, True),
     ],
 )
@@ -52,6 +54,28 @@ def test_release_maps_to_the_line_at_or_below(given: str, line: str, mapped: boo
     assert (note is not None) == mapped
     if note:
         assert given in note and line in note
+
+
+def test_0_6_3_budget_leaves_the_context_outside_and_0_6_4_charges_it() -> None:
+    # v0.6.3.post1 worker.determine_num_available_blocks: peak = init free (read after the
+    # context, before NCCL) - free after the profiling run; v0.6.4 (vllm-project/vllm#9352):
+    # allocated peak + every non-torch byte on the device, the context included. Same model,
+    # GPU and flags otherwise: the pools differ by the CUDA context alone.
+    def pool(version: str) -> int:
+        req = InferenceRequest(
+            catalog_architecture(LLAMA_8B),
+            engine="vllm",
+            engine_options={"version": version, "max_model_len": 8192},
+            gpu_memory_bytes=A100.total_bytes,
+            gpu=A100,
+        )
+        cap = estimate_inference(req).capacity
+        assert cap is not None
+        return cap.kv_cache_pool_bytes
+
+    from service.estimator.engines.overhead import cuda_context_bytes
+
+    assert pool("0.6.3") - pool("0.6.4") == cuda_context_bytes(A100)
 
 
 def test_lines_are_ordered_and_the_default_is_the_newest() -> None:
