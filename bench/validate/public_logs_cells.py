@@ -33,7 +33,7 @@ from service.estimator.calibration import REGISTER
 
 #: Release-line groups, in order: the lines each holds.
 LINE_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("0.6 – 0.7 (V0)", ("0.6.4", "0.6.5")),
+    ("0.6 – 0.7 (V0)", ("0.6.3", "0.6.4", "0.6.5")),
     ("0.8 – 0.10 (V1)", ("0.8.5", "0.9.1", "0.10.1")),
     ("0.11 – 0.16", ("0.11.2", "0.13", "0.16")),
     ("0.17 – 0.33", ("0.19", "0.20", "0.22")),

@@ -157,3 +157,11 @@ def test_every_scored_pool_row_sits_in_one_cell(
         for family in [f for f, _ in cells.GPU_FAMILIES] + [cells.UNNAMED]:
             filled = any(pc.group == group and pc.family == family for pc in pcs)
             assert (f"{group} × {family}" in empty) != filled
+
+
+def test_every_modelled_line_sits_in_one_release_group() -> None:
+    from bench.validate import public_logs_cells as cells
+    from service.estimator.engines.vllm_versions import LINES
+
+    grouped = [line for _, lines in cells.LINE_GROUPS for line in lines]
+    assert sorted(grouped) == sorted(line.name for line in LINES)
