@@ -19,7 +19,13 @@ from service.estimator.engines.mxfp4_storage import BACKENDS
 from service.estimator.engines.vllm_features import LORA_DTYPES
 from service.estimator.engines.vllm_parallel import ALL2ALL_BACKENDS
 from service.estimator.engines.vllm_profile import SAMPLER_CHOICES
-from service.estimator.engines.vllm_versions import LINES, NEWEST, VllmLine, line_for
+from service.estimator.engines.vllm_versions import (
+    LINES,
+    NEWEST,
+    VllmLine,
+    line_for,
+    v0_batch_tokens,
+)
 from service.estimator.errors import InvalidRequest
 from service.estimator.model import Architecture
 from service.estimator.units import GIB
@@ -41,8 +47,6 @@ __all__ = [
 # vLLM's thresholds for its larger scheduling defaults (EngineArgs, usage context OpenAI server).
 LARGE_GPU_BYTES = 70 * GIB
 HUGE_GPU_BYTES = 160 * GIB  # v0.34's top tier (B200/B300, MI300X)
-# V0 turns chunked prefill on above this max_model_len (EngineArgs.create_engine_config).
-V0_CHUNKED_ABOVE = 32768
 _V0_FALLBACK = next(line for line in LINES if line.name == "0.6.5")
 # When a config names no context length at all.
 FALLBACK_MAX_MODEL_LEN = 2048
@@ -123,9 +127,15 @@ def batch_defaults(
     larger token budget of each tier (``EngineArgs._set_default_args``, 0.8.5-0.34)."""
     if line.batch == "v0":
         seqs = 256 if seqs_given is None else int(seqs_given)
-        if max_model_len > V0_CHUNKED_ABOVE and ctx.architecture.vision is None:
-            return line.v0_chunked_tokens, seqs
-        return max(max_model_len, 2048), seqs
+        arch, gpu = ctx.architecture, ctx.gpu
+        return v0_batch_tokens(
+            line,
+            max_model_len,
+            multimodal=arch.vision is not None,
+            sliding_window=arch.sliding_window is not None,
+            mla=arch.mla is not None,
+            rocm=gpu is not None and gpu.vendor == "amd",
+        ), seqs
     offline = entrypoint == "llm"
     mem = ctx.gpu_memory_bytes
     gpu = ctx.gpu
@@ -224,12 +234,14 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "sampler",
         str,
-        "vLLM: the top-k/top-p sampler its profiling run measures (`auto`: the line's own; "
-        "`flashinfer`: FlashInfer's, which V1 picks whenever the flashinfer package is "
-        "installed in 0.8-0.10 (the Docker image ships it, a plain pip install does not) and "
-        "only under VLLM_USE_FLASHINFER_SAMPLER=1 in 0.11-0.20; the log then says 'Using "
-        "FlashInfer for top-p & top-k sampling'. From 0.21 FlashInfer serves by default but "
-        "the profiling run also warms the Triton path, whose peak stands either way).",
+        "vLLM: the top-k/top-p sampler its profiling run measures (`auto`: what the line's "
+        "official image vllm/vllm-openai runs: FlashInfer's in 0.8-0.10, whose V1 sampler takes "
+        "it whenever the flashinfer package imports and whose image ships it, the line's own "
+        "elsewhere and on ROCm; `native`: the line's own, as a pip install without flashinfer "
+        "runs it; `flashinfer`: FlashInfer's, which 0.11.2-0.20 take only under "
+        "VLLM_USE_FLASHINFER_SAMPLER=1; the log then says 'Using FlashInfer for top-p & top-k "
+        "sampling'. From 0.21 the profiling run also warms the Triton path, whose peak stands "
+        "either way).",
         default="auto",
         choices=SAMPLER_CHOICES,
     ),
