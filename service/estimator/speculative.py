@@ -34,7 +34,14 @@ from service.estimator.model import Architecture
 from service.estimator.units import GIB, bytes_per_element, cdiv
 from service.estimator.weights import Placement, WeightLayout, weight_layout
 
-__all__ = ["DRAFTLESS", "METHODS", "DraftCost", "Speculative", "draft_cost"]
+__all__ = [
+    "DRAFTLESS",
+    "METHODS",
+    "DraftCost",
+    "Speculative",
+    "draft_cost",
+    "speculative_method",
+]
 
 #: Methods and whether they need a drafter's config (True), can derive it from the target
 #: (None), or hold nothing on the GPU (False).
@@ -50,6 +57,21 @@ DRAFTLESS = frozenset(m for m, needs in METHODS.items() if needs is False)
 #: EAGLE-3's default draft vocabulary (the published heads' ``draft_vocab_size``).
 EAGLE3_DRAFT_VOCAB = 32000
 _FC_INPUTS = {"eagle": 2, "eagle3": 3, "mtp": 2}
+# The engines' own words for a method: SGLang's --speculative-algorithm, vLLM's method names
+# (the per-family MTP methods, ``[ngram]``).
+_WORDS = {
+    "standalone": "draft_model",
+    "draft_model": "draft_model",
+    "nextn": "mtp",
+    "mtp": "mtp",
+    "eagle": "eagle",
+    "eagle3": "eagle3",
+    "ngram": "ngram",
+    "[ngram]": "ngram",
+    "ngram_gpu": "ngram",
+    "lookahead": "ngram",
+    "suffix": "suffix",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +93,25 @@ class DraftCost:
     weights: int
     kv_token_bytes: int
     note: str
+
+
+def speculative_method(word: str) -> str | None:
+    """The method an engine's word names (``EAGLE3``, ``deepseek_mtp``, ``[ngram]``), or, as
+    vLLM's ``SpeculativeConfig`` infers it when only a model is given, from the model's name:
+    ``eagle3`` or ``eagle`` in it, else a draft model. None: a method not modelled (Medusa,
+    MLP speculators)."""
+    key = word.strip().lower()
+    if key in _WORDS:
+        return _WORDS[key]
+    if key.endswith("_mtp"):
+        return "mtp"
+    if "medusa" in key or "mlp_speculator" in key:
+        return None
+    if "eagle3" in key:
+        return "eagle3"
+    if "eagle" in key:
+        return "eagle"
+    return "draft_model" if key else None
 
 
 def _layer_bytes(layout: WeightLayout, index: int) -> int:

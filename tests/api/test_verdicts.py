@@ -326,6 +326,11 @@ def _valid_value(name: str) -> Any:
         "swap_space": 2.0,
         "kv_offloading_size": 8.0,
         "kv_offloading_backend": "lmcache",
+        "kv_connector": "NixlConnector",
+        "kv_role": "kv_producer",
+        "kv_buffer_device": "cpu",
+        "kv_buffer_size": 1e9,
+        "kv_connector_host_bytes": 2**30,
     }[name]
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from service.estimator.engines.overhead import OverheadTerms, framework_overhead
 from service.estimator.errors import InvalidRequest
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from service.estimator.weights import WeightLayout
 
 __all__ = [
+    "CliKind",
     "DataParallelPlan",
     "DecidedBy",
     "DtypeChoice",
@@ -47,10 +48,16 @@ __all__ = [
     "WeightOffload",
     "WeightSplit",
     "activation_dtype",
+    "estimate_options",
     "tp_sizes_dividing_widths",
 ]
 
 OptionValue = float | int | bool | str
+
+
+def estimate_options(declared: tuple[Option, ...]) -> tuple[Option, ...]:
+    """The declared options that are engine options of an estimate (role ``option``)."""
+    return tuple(o for o in declared if o.role == "option")
 
 
 def activation_dtype(arch: Architecture, fmt: WeightFormat) -> str:
@@ -89,12 +96,30 @@ class DecidedBy:
     why: str
 
 
+#: How an option is written on the engine's command line (``None``: from its type; a bool
+#: is the engine's own switch form, :attr:`Engine.bool_flags`).
+CliKind = Literal["int", "float", "str", "str_list", "switch", "bool_optional", "json"]
+#: How the command line writes an integer: ``plain`` (``int()``), ``vllm`` (k/m/g/t decimal,
+#: K/M/G/T binary), ``vllm_or_auto`` (also -1 or ``auto``), ``sglang`` (k/M/G/T SI, Ki/Mi/Gi/Ti).
+IntSyntax = Literal["plain", "vllm", "vllm_or_auto", "sglang"]
+#: What an option read from a command line does to the estimate: ``option`` (an engine option
+#: of the estimate, ``engine_options.<name>``), ``field`` (sets the request field ``field``),
+#: ``unpriced`` (read, not priced: ``note`` says what it changes), ``inert`` (no memory effect).
+Role = Literal["option", "field", "unpriced", "inert"]
+
+
 @dataclass(frozen=True, slots=True)
 class Option:
-    """One engine option: its type, range, default and the engine flag it mirrors.
+    """One engine option, declared once: its type, range and default in the estimate, the
+    command-line flags it is written with and how they read a value, the Kubernetes and chart
+    fields that set it, and what it does to the estimate (``role``).
 
     ``default`` None means the engine derives it (from the GPU or the model): the engine's
     :meth:`Engine.defaults` fills it in. ``aliases`` are other request names accepted for it.
+    ``flag`` is its canonical flag and ``flags`` every other spelling the engine's parser
+    accepts; ``cli_low`` widens the range a command line may give (vLLM's ``-1`` for an
+    automatic ``--max-model-len``). Options whose role is not ``option`` are read from command
+    lines only and are not part of the API's ``engine_options``.
     """
 
     name: str
@@ -107,6 +132,22 @@ class Option:
     choices: tuple[OptionValue, ...] = ()
     flag: str | None = None
     aliases: tuple[str, ...] = ()
+    flags: tuple[str, ...] = ()
+    cli_kind: CliKind | None = None
+    int_syntax: IntSyntax = "plain"
+    cli_low: float | None = None
+    role: Role = "option"
+    field: str | None = None
+    note: str = ""
+    chart_fields: tuple[str, ...] = ()
+    # A JSON-valued flag: (path in the object, what it sets, factor) for each key the estimate
+    # reads; the target is an engine option, ``speculative.<key>``, or a request field.
+    json_keys: tuple[tuple[tuple[str, ...], str, float], ...] = ()
+
+    @property
+    def spellings(self) -> tuple[str, ...]:
+        """Every command-line spelling, the canonical flag first."""
+        return ((self.flag,) if self.flag else ()) + self.flags
 
     def allowed(self) -> str:
         if self.kind is bool:
@@ -236,6 +277,8 @@ class StageBuild:
     # Host memory one GPU's worker process holds for this stage (pinned offload, adapter
     # caches, swap), beside ``host_bytes`` (the engine process's own, llama.cpp).
     host_per_gpu: int = 0
+    # Options read but not priced (a warning downstream, never a refusal).
+    unpriced: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,7 +327,13 @@ class Engine:
 
     name: ClassVar[str]
     summary: ClassVar[str]
+    # The engine options of an estimate (role ``option``), and every option the engine
+    # declares, command-line-only ones too (empty: the engine has no command line).
     options: ClassVar[tuple[Option, ...]] = ()
+    declared: ClassVar[tuple[Option, ...]] = ()
+    # How the engine's parser writes a boolean flag: ``bool_optional`` (``--x`` / ``--no-x``,
+    # argparse.BooleanOptionalAction) or ``switch`` (store_true).
+    bool_flags: ClassVar[Literal["bool_optional", "switch"]] = "switch"
     # The option that scales the GPU's memory into the engine's budget (None: all of it).
     budget_option: ClassVar[str | None] = None
     # Fused MoE and attention kernels: no eager score matrices, fused_moe's shared buffer.
@@ -415,6 +464,11 @@ class Engine:
     def max_model_len(self, s: EngineSettings) -> int | None:
         """The longest sequence the engine is configured for (None: no such limit)."""
         return None
+
+    def command_layout(self, body: Mapping[str, Any], options: Mapping[str, Any]) -> dict[str, Any]:
+        """Request fields the engine's own parallel options translate to beyond the one-to-one
+        declarations (none for most engines: a command line's sizes are the request's)."""
+        return {}
 
     def offload(
         self, arch: Architecture, s: EngineSettings, layout: WeightLayout, pp: int

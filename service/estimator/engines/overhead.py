@@ -154,6 +154,8 @@ class OverheadTerms:
     request_table: int = 0
     # A MoE dispatch/combine backend's buffers (DeepEP), per GPU.
     all_to_all: int = 0
+    # A KV-transfer connector's GPU buffers (disaggregated prefill/decode), per GPU.
+    kv_transfer: int = 0
 
     @property
     def total(self) -> int:
@@ -165,6 +167,7 @@ class OverheadTerms:
             + self.activations
             + self.request_table
             + self.all_to_all
+            + self.kv_transfer
         )
 
     def lines(self) -> list[str]:
@@ -186,6 +189,8 @@ class OverheadTerms:
             out.append(f"request-to-token table {self.request_table / GIB:.2f} GiB per GPU")
         if self.all_to_all:
             out.append(f"MoE all-to-all buffers {self.all_to_all / GIB:.2f} GiB per GPU")
+        if self.kv_transfer:
+            out.append(f"KV-transfer buffers {self.kv_transfer / GIB:.2f} GiB per GPU")
         return out
 
 

@@ -39,7 +39,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from service.estimator.engines.base import (
     DataParallelPlan,
@@ -65,13 +65,20 @@ from service.estimator.engines.overhead import (
     nvswitch_board,
 )
 from service.estimator.engines.vllm_features import (
+    connector_cost,
     cpu_offload,
     fixed_pool_bytes,
     lora_slots,
     swap_space_bytes,
 )
 from service.estimator.engines.vllm_kv import VllmKvGroups, vllm_groups
-from service.estimator.engines.vllm_options import DTYPES, OPTIONS, derived_defaults, engine_line
+from service.estimator.engines.vllm_options import (
+    DECLARED,
+    DTYPES,
+    OPTIONS,
+    derived_defaults,
+    engine_line,
+)
 from service.estimator.engines.vllm_parallel import vllm_data_parallel
 from service.estimator.engines.vllm_profile import profile_peak
 from service.estimator.engines.vllm_versions import line_for
@@ -139,6 +146,8 @@ class VllmEngine(Engine):
         ),
     )
     options: ClassVar[tuple[Option, ...]] = OPTIONS
+    declared: ClassVar[tuple[Option, ...]] = DECLARED
+    bool_flags: ClassVar[Literal["bool_optional", "switch"]] = "bool_optional"
 
     def defaults(
         self, values: Mapping[str, OptionValue | None], ctx: EngineContext
@@ -312,6 +321,7 @@ class VllmEngine(Engine):
         outside = OverheadTerms(
             cuda_context=0 if context_inside else cuda_context_bytes(gpu),
             cuda_graphs=0 if graphs_inside else graphs,
+            kv_transfer=connector_cost(s, tp, pp).gpu_outside,
         )
         return inside, outside
 
@@ -390,8 +400,12 @@ class VllmEngine(Engine):
                 f"--kv-offloading-size {kv_offload:g} GiB ({s.get('kv_offloading_backend')}): "
                 f"{share / GIB:.2f} GiB of host memory per GPU for offloaded KV blocks"
             )
+        transfer = connector_cost(s, args.tp, args.pp)
+        host += transfer.host
+        if transfer.note:
+            notes.append(transfer.note)
         groups = vllm_groups(args.kv, int(s["block_size"]))
-        pool = fixed_pool_bytes(s, groups.page_bytes * groups.group_size)
+        pool = fixed_pool_bytes(s, groups.block_bytes)
         if pool is not None:
             notes.append(pool[1])
         if args.gpu is not None and args.gpu.vendor == "amd" and args.tp > 1:
@@ -406,7 +420,22 @@ class VllmEngine(Engine):
             extra_weights=extra,
             kv_pool=pool[0] if pool is not None else None,
             host_per_gpu=host,
+            unpriced=transfer.unpriced,
         )
+
+    def complete(self, setup: ServingSetup) -> ServingSetup:
+        """A connector that mirrors the KV pool in host memory (NIXL's host buffer) holds as
+        much host memory as the pool it mirrors, known once the GPU is."""
+        if not connector_cost(setup.settings, setup.tp, setup.pp).host_is_pool:
+            return setup
+        if setup.gpu_memory_bytes is None:
+            return setup
+        usable = setup.usable(setup.gpu_memory_bytes)
+        host = tuple(
+            h + max(0, st.kv_pool if st.kv_pool is not None else usable - st.base)
+            for h, st in zip(setup.host_per_gpu, setup.stages, strict=True)
+        )
+        return dataclasses.replace(setup, host_per_gpu=host)
 
     def setup_notes(
         self, arch: Architecture, s: EngineSettings, last_state: object

@@ -44,14 +44,37 @@ if TYPE_CHECKING:
     from service.estimator.model import Architecture, LinearModule
 
 __all__ = [
+    "KV_CONNECTORS",
     "LORA_DTYPES",
     "LoraSlots",
+    "TransferCost",
+    "connector_cost",
     "cpu_offload",
     "fixed_pool_bytes",
     "lora_slots",
+    "stacked_lora",
     "swap_space_bytes",
 ]
 
+#: KV-transfer connectors of vLLM's factory (vllm/distributed/kv_transfer/kv_connector/
+#: factory.py, 0.19); those in ``_CONNECTOR_HOST`` or handled below are priced.
+KV_CONNECTORS = (
+    "NixlConnector",
+    "P2pNcclConnector",
+    "LMCacheConnectorV1",
+    "LMCacheMPConnector",
+    "OffloadingConnector",
+    "SimpleCPUOffloadConnector",
+    "MooncakeConnector",
+    "MoRIIOConnector",
+    "MultiConnector",
+    "FlexKVConnector",
+    "DecodeBenchConnector",
+    "ExampleConnector",
+)
+# LMCache's default local CPU cache when the config names none (LMCacheEngineConfig
+# max_local_cpu_size = 5.0 GiB per rank).
+LMCACHE_DEFAULT_HOST = 5 * GIB
 #: ``--lora-dtype`` words and the dtype each names (auto: the model's).
 LORA_DTYPES = {"auto": None, "float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
 # Merged layers vLLM builds from several checkpoint projections: LoRA slices per layer
@@ -97,20 +120,52 @@ def lora_slots(
     experts: ExpertLayout | None,
     moe_lora: bool,
 ) -> LoraSlots | None:
-    """The LoRA slots one GPU of stage ``index`` holds (None without ``enable_lora``)."""
+    """vLLM's LoRA slots on one GPU of stage ``index`` (None without ``enable_lora``)."""
     if not s.get("enable_lora"):
         return None
-    slots, rank = int(s["max_loras"]), int(s["max_lora_rank"])
-    cpu = int(s.get("max_cpu_loras") or slots)
-    dtype = LORA_DTYPES.get(str(s.get("lora_dtype") or "auto")) or act_dtype
+    slots = int(s["max_loras"])
+    return stacked_lora(
+        arch,
+        slots=slots,
+        rank=int(s["max_lora_rank"]),
+        cpu_adapters=int(s.get("max_cpu_loras") or slots),
+        dtype=LORA_DTYPES.get(str(s.get("lora_dtype") or "auto")) or act_dtype,
+        fully_sharded=bool(s.get("fully_sharded_loras")),
+        vocab=True,
+        tp=tp,
+        pp=pp,
+        index=index,
+        experts=experts,
+        moe_lora=moe_lora,
+        engine="vLLM",
+    )
+
+
+def stacked_lora(
+    arch: Architecture,
+    *,
+    slots: int,
+    rank: int,
+    cpu_adapters: int,
+    dtype: str,
+    fully_sharded: bool,
+    vocab: bool,
+    tp: int,
+    pp: int,
+    index: int,
+    experts: ExpertLayout | None,
+    moe_lora: bool,
+    engine: str,
+) -> LoraSlots:
+    """``slots`` stacked LoRA buffers of ``rank`` on one GPU of stage ``index`` (with the
+    embedding and lm_head when ``vocab``), and ``cpu_adapters`` whole adapters in host memory."""
     size = bytes_per_element(dtype)
-    sharded = bool(s.get("fully_sharded_loras"))
     layers = set(stage_layer_ranges(arch.num_layers, pp)[index])
     gpu = whole = 0
     skipped_experts = False
     for m in arch.linear_modules:
         if m.shard is Shard.VOCAB:
-            if index == pp - 1:  # lm_head: [rank, hidden] and [vocab, rank]
+            if vocab and index == pp - 1:  # lm_head: [rank, hidden] and [vocab, rank]
                 gpu += rank * m.in_features + m.out_features * rank
                 whole += rank * m.in_features + m.out_features * rank
             continue
@@ -126,22 +181,26 @@ def lora_slots(
             if experts is not None:
                 instances = experts.local_experts(m.per_layer)
                 shard_tp = experts.tensor
-        one, full = _module_slot(m, arch, shard_tp, rank, sharded)
+        one, full = _module_slot(m, arch, shard_tp, rank, fully_sharded)
         gpu += one * instances * on_stage
         whole += full * m.per_layer * on_stage
-    if index == 0:  # the embedding: [vocab, rank] and [hidden, rank], unsharded
+    if vocab and index == 0:  # the embedding: [vocab, rank] and [hidden, rank], unsharded
         emb = arch.vocab_size * rank + arch.hidden_size * rank
         gpu += emb
         whole += emb
     gpu_bytes = int(gpu * slots * size)
-    host_bytes = int(whole * cpu * size)
+    host_bytes = int(whole * cpu_adapters * size)
     note = (
-        f"vLLM LoRA: {slots} slots of rank {rank} in {dtype} on every supported module, "
-        f"{gpu_bytes / GIB:.3f} GiB per GPU, allocated before the KV cache is sized; the CPU "
-        f"cache of {cpu} adapters up to {host_bytes / GIB:.3f} GiB of host memory per GPU worker"
+        f"{engine} LoRA: {slots} slots of rank {rank} in {dtype} on every supported module, "
+        f"{gpu_bytes / GIB:.3f} GiB per GPU, allocated before the KV cache is sized"
     )
+    if cpu_adapters:
+        note += (
+            f"; the CPU cache of {cpu_adapters} adapters up to {host_bytes / GIB:.3f} GiB of "
+            "host memory per GPU worker"
+        )
     if skipped_experts:
-        note += " (routed experts take LoRA from 0.12; this line leaves them out)"
+        note += " (routed experts take no LoRA slots here)"
     return LoraSlots(gpu_bytes, host_bytes, note)
 
 
@@ -207,3 +266,62 @@ def swap_space_bytes(s: EngineSettings, v1: bool) -> int:
     if v1:
         return 0
     return int(float(s.get("swap_space") or 0) * GIB)
+
+
+@dataclass(frozen=True, slots=True)
+class TransferCost:
+    """What a KV-transfer connector holds per GPU: GPU buffers beside the budget, host
+    memory, and what was not priced."""
+
+    gpu_outside: int = 0
+    host: int = 0
+    host_is_pool: bool = False  # a host mirror of the whole KV pool (NIXL's host buffer)
+    note: str = ""
+    unpriced: tuple[str, ...] = ()
+
+
+def connector_cost(s: EngineSettings, tp: int, pp: int) -> TransferCost:
+    """The connector's buffers (``--kv-transfer-config``), from each connector's code:
+    NixlConnector registers the KV cache itself for transfers and, with ``kv_buffer_device``
+    cpu, keeps a pinned host copy of it (``nixl_connector.py``, ``use_host_buffer``);
+    P2pNcclConnector's send store grows up to ``kv_buffer_size`` bytes of GPU memory after the
+    pool is sized (``p2p_nccl_engine.py``); LMCache keeps ``max_local_cpu_size`` of host
+    memory per rank; the offloading connectors ``cpu_bytes_to_use`` for the TP × PP group."""
+    name = s.get("kv_connector")
+    if not name:
+        return TransferCost()
+    host = s.get("kv_connector_host_bytes")
+    role = s.get("kv_role") or "kv_both"
+    if name == "NixlConnector":
+        if s.get("kv_buffer_device") == "cpu":
+            return TransferCost(
+                host_is_pool=True,
+                note=f"NixlConnector ({role}) with host buffers: a pinned copy of the KV pool "
+                "in host memory per GPU",
+            )
+        return TransferCost(
+            note=f"NixlConnector ({role}): transfers straight from the KV cache, no buffer"
+        )
+    if name == "P2pNcclConnector":
+        size = int(float(s.get("kv_buffer_size") or 1e9))
+        return TransferCost(
+            gpu_outside=size,
+            note=f"P2pNcclConnector ({role}): its GPU send store grows to {size / GIB:.2f} GiB "
+            "beside the budget",
+        )
+    if name in ("LMCacheConnectorV1", "LMCacheMPConnector"):
+        per_gpu = int(host) if host else LMCACHE_DEFAULT_HOST
+        return TransferCost(
+            host=per_gpu,
+            note=f"{name} ({role}): {per_gpu / GIB:.2f} GiB of host KV cache per GPU",
+        )
+    if name in ("OffloadingConnector", "SimpleCPUOffloadConnector"):
+        per_gpu = int(host) // (tp * pp) if host else 0
+        return TransferCost(
+            host=per_gpu,
+            note=f"{name}: {per_gpu / GIB:.2f} GiB of host memory per GPU for offloaded blocks",
+        )
+    return TransferCost(
+        note=f"{name} ({role}) is read but its buffers are not priced",
+        unpriced=(f"--kv-transfer-config {name}: its transfer buffers",),
+    )

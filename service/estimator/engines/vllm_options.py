@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from service.estimator.engines.base import EngineContext, Option, OptionValue
 from service.estimator.engines.mxfp4_storage import BACKENDS
-from service.estimator.engines.vllm_features import LORA_DTYPES
+from service.estimator.engines.vllm_features import KV_CONNECTORS, LORA_DTYPES
 from service.estimator.engines.vllm_parallel import ALL2ALL_BACKENDS
 from service.estimator.engines.vllm_profile import SAMPLER_CHOICES
 from service.estimator.engines.vllm_versions import (
@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     from service.estimator.gpu import GpuSpec
 
 __all__ = [
+    "COMMAND_LINE",
+    "DECLARED",
     "DTYPES",
     "DTYPE_OPTION",
     "LARGE_GPU_BYTES",
@@ -171,6 +173,8 @@ OPTIONS: tuple[Option, ...] = (
         high=1.0,
         low_open=True,
         flag="--gpu-memory-utilization",
+        flags=("--device-memory-utilization",),
+        chart_fields=("gpuMemoryUtilization",),
     ),
     Option(
         "max_model_len",
@@ -179,6 +183,9 @@ OPTIONS: tuple[Option, ...] = (
         low=1,
         high=1 << 24,
         flag="--max-model-len",
+        int_syntax="vllm_or_auto",
+        cli_low=-1,
+        chart_fields=("maxModelLen",),
     ),
     Option(
         "max_num_batched_tokens",
@@ -190,6 +197,7 @@ OPTIONS: tuple[Option, ...] = (
         low=1,
         high=1 << 24,
         flag="--max-num-batched-tokens",
+        int_syntax="vllm",
     ),
     Option(
         "max_num_seqs",
@@ -198,6 +206,7 @@ OPTIONS: tuple[Option, ...] = (
         low=1,
         high=1 << 20,
         flag="--max-num-seqs",
+        chart_fields=("maxNumSeqs",),
     ),
     Option(
         "block_size",
@@ -263,6 +272,8 @@ OPTIONS: tuple[Option, ...] = (
         low=0,
         high=1 << 20,
         flag="--limit-mm-per-prompt",
+        cli_kind="json",
+        json_keys=((("image",), "limit_mm_per_prompt", 1),),
     ),
     Option(
         "all2all_backend",
@@ -297,6 +308,7 @@ OPTIONS: tuple[Option, ...] = (
         low=1,
         high=1024,
         flag="--max-loras",
+        chart_fields=("maxLoras",),
     ),
     Option(
         "max_lora_rank",
@@ -343,10 +355,12 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "kv_cache_memory_bytes",
         int,
-        "vLLM (0.11+): a KV pool of this many bytes per GPU instead of the utilization budget.",
-        low=1,
+        "vLLM (0.11+): a KV pool of this many bytes per GPU instead of the utilization budget "
+        "(0: unset).",
+        low=0,
         high=1 << 50,
         flag="--kv-cache-memory-bytes",
+        int_syntax="vllm",
     ),
     Option(
         "num_gpu_blocks_override",
@@ -390,8 +404,200 @@ OPTIONS: tuple[Option, ...] = (
         default=0,
         low=0,
         high=1 << 16,
+        flag="--num-redundant-experts",
+    ),
+    Option(
+        "kv_connector",
+        str,
+        "vLLM: the KV-transfer connector of a disaggregated prefill/decode role "
+        "(--kv-transfer-config kv_connector): NixlConnector (host buffers with "
+        "kv_buffer_device cpu), P2pNcclConnector (a GPU send buffer of kv_buffer_size), "
+        "LMCacheConnectorV1 and OffloadingConnector (host memory).",
+        choices=KV_CONNECTORS,
+    ),
+    Option(
+        "kv_role",
+        str,
+        "vLLM: the role of this instance in disaggregated serving (kv_producer: prefill, "
+        "kv_consumer: decode, kv_both).",
+        choices=("kv_producer", "kv_consumer", "kv_both"),
+    ),
+    Option(
+        "kv_buffer_device",
+        str,
+        "vLLM: where the connector's transfer buffers live (cuda or cpu).",
+        default="cuda",
+        choices=("cuda", "cpu"),
+    ),
+    Option(
+        "kv_buffer_size",
+        float,
+        "vLLM: the connector's buffer size in bytes (P2pNcclConnector's GPU send store; 1e9).",
+        default=1e9,
+        low=0.0,
+        high=float(1 << 50),
+    ),
+    Option(
+        "kv_connector_host_bytes",
+        int,
+        "vLLM: host memory per GPU the connector is configured to keep KV in (LMCache's "
+        "max_local_cpu_size, the offloading connector's cpu_bytes_to_use).",
+        low=0,
+        high=1 << 50,
     ),
 )
+
+#: Command-line options of ``vllm serve`` that are not engine options of an estimate: the
+#: request fields they set, and those read for no memory effect (vllm/engine/arg_utils.py,
+#: EngineArgs.add_cli_args, 0.19 and 0.34).
+COMMAND_LINE: tuple[Option, ...] = (
+    Option("model", str, "The model.", flag="--model", role="field", field="model"),
+    Option(
+        "served_model_name",
+        str,
+        "Names the API serves the model under.",
+        flag="--served-model-name",
+        cli_kind="str_list",
+        role="inert",
+    ),
+    Option(
+        "tensor_parallel_size",
+        int,
+        "GPUs one layer is split over.",
+        default=1,
+        low=1,
+        high=1024,
+        flag="--tensor-parallel-size",
+        flags=("-tp",),
+        role="field",
+        field="tensor_parallel_size",
+        chart_fields=("tensorParallelSize",),
+    ),
+    Option(
+        "pipeline_parallel_size",
+        int,
+        "Pipeline stages.",
+        default=1,
+        low=1,
+        high=1024,
+        flag="--pipeline-parallel-size",
+        flags=("-pp",),
+        role="field",
+        field="pipeline_parallel_size",
+    ),
+    Option(
+        "data_parallel_size",
+        int,
+        "Data-parallel ranks (a MoE model's expert layers span all of them).",
+        default=1,
+        low=1,
+        high=1024,
+        flag="--data-parallel-size",
+        flags=("-dp",),
+        role="field",
+        field="data_parallel_size",
+    ),
+    Option(
+        "data_parallel_size_local",
+        int,
+        "Data-parallel ranks on this node (the pod's GPUs are TP × PP × these).",
+        low=1,
+        high=1024,
+        flag="--data-parallel-size-local",
+        flags=("-dpl",),
+        role="inert",
+        note="the data-parallel ranks this pod runs (its GPUs: TP × PP × these)",
+    ),
+    Option(
+        "enable_expert_parallel",
+        bool,
+        "Expert parallelism.",
+        default=False,
+        flag="--enable-expert-parallel",
+        flags=("-ep",),
+        role="field",
+        field="expert_parallel",
+    ),
+    Option(
+        "kv_cache_dtype",
+        str,
+        "The KV cache's dtype.",
+        default="auto",
+        flag="--kv-cache-dtype",
+        role="field",
+        field="kv_cache_dtype",
+    ),
+    Option(
+        "quantization",
+        str,
+        "Online quantization method, or the checkpoint's.",
+        flag="--quantization",
+        flags=("-q",),
+        role="field",
+        field="weight_format",
+    ),
+    Option(
+        "speculative_config",
+        str,
+        "Speculative decoding (JSON: method, model, num_speculative_tokens, "
+        "draft_tensor_parallel_size).",
+        flag="--speculative-config",
+        flags=("-sc",),
+        cli_kind="json",
+        role="field",
+        field="speculative",
+        json_keys=(
+            (("method",), "speculative.method", 1),
+            (("model",), "speculative.model", 1),
+            (("num_speculative_tokens",), "speculative.num_speculative_tokens", 1),
+            (("draft_tensor_parallel_size",), "speculative.draft_tensor_parallel_size", 1),
+        ),
+    ),
+    Option(
+        "eplb_config",
+        str,
+        "EPLB's settings (JSON; num_redundant_experts is priced).",
+        flag="--eplb-config",
+        cli_kind="json",
+        role="field",
+        field="engine_options",
+        json_keys=((("num_redundant_experts",), "num_redundant_experts", 1),),
+    ),
+    Option(
+        "kv_transfer_config",
+        str,
+        "The KV-transfer connector (JSON: kv_connector, kv_role, kv_buffer_device, "
+        "kv_buffer_size, kv_connector_extra_config).",
+        flag="--kv-transfer-config",
+        cli_kind="json",
+        role="field",
+        field="engine_options",
+        json_keys=(
+            (("kv_connector",), "kv_connector", 1),
+            (("kv_role",), "kv_role", 1),
+            (("kv_buffer_device",), "kv_buffer_device", 1),
+            (("kv_buffer_size",), "kv_buffer_size", 1),
+            # LMCache's local CPU cache, GiB per rank (LMCacheEngineConfig max_local_cpu_size).
+            (
+                ("kv_connector_extra_config", "lmcache.max_local_cpu_size"),
+                "kv_connector_host_bytes",
+                GIB,
+            ),
+            # The offloading connector's host budget (config/vllm.py cpu_bytes_to_use).
+            (("kv_connector_extra_config", "cpu_bytes_to_use"), "kv_connector_host_bytes", 1),
+        ),
+    ),
+    Option(
+        "trust_remote_code",
+        bool,
+        "Run the model repository's own code.",
+        default=False,
+        flag="--trust-remote-code",
+        role="inert",
+    ),
+)
+
+DECLARED: tuple[Option, ...] = (*OPTIONS, *COMMAND_LINE)
 
 
 def derived_defaults(

@@ -149,6 +149,7 @@ def serving_setup(
     assumptions.append(driver_reservation_note(gpu))
     stages: list[Stage] = []
     host_per_gpu: list[int] = []
+    unpriced = list(parallel.unpriced)
     for i, kv in enumerate(kv_layouts):
         build = engine.stage(
             StageArgs(
@@ -172,6 +173,7 @@ def serving_setup(
             )
         )
         host_per_gpu.append(build.host_per_gpu + (offload.per_stage[i] if offload else 0))
+        unpriced.extend(build.unpriced)
         assumptions.extend(build.notes)
         host_bytes += build.host_bytes
         weights = per_stage[i] + build.extra_weights
@@ -212,7 +214,7 @@ def serving_setup(
         host_per_gpu=tuple(host_per_gpu),
         dp=dp,
         expert_parallel=expert_parallel,
-        unpriced=parallel.unpriced,
+        unpriced=tuple(dict.fromkeys(unpriced)),
     )
     return engine.complete(setup)
 
