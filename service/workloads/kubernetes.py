@@ -168,23 +168,33 @@ _READERS: dict[str, _Reader] = {
 PRODUCTION_STACK_KIND = "vllm-production-stack values"
 
 
-def read_workloads(obj: object) -> WorkloadReading | ReadProblem:
+def read_workloads(obj: object, *, kind: str | None = None) -> WorkloadReading | ReadProblem:
     """Read a Kubernetes object (or production-stack Helm values) into serving workloads.
+
+    ``kind`` is the kind the place the object came from implies, for objects that carry no
+    TypeMeta: decoding into a typed Go struct clears ``kind`` and ``apiVersion``
+    (k8s.io/apimachinery ``pkg/runtime/helper.go``, ``WithoutVersionDecoder``; discussed in
+    kubernetes/kubernetes#80609 and kubernetes/client-go#308), so the objects of an informer's
+    cache have neither, and kube-scheduler marshals the Pod of ``ExtenderArgs`` from that
+    cache. An object whose own ``kind`` differs from the implied one is refused.
 
     Never raises: what cannot be read as a workload gives a `ReadProblem` saying what is
     missing; a container that cannot be read gives a problem inside the `WorkloadReading`.
     """
     try:
-        return _read(obj)
+        return _read(obj, kind)
     except RecursionError:  # pragma: no cover - a pathological nesting depth
         return ReadProblem("object", "the object is nested too deeply to read")
 
 
-def _read(obj: object) -> WorkloadReading | ReadProblem:
+def _read(obj: object, implied: str | None) -> WorkloadReading | ReadProblem:
     if not isinstance(obj, Mapping):
         return ReadProblem("object", "expected a JSON object", "send a Kubernetes object")
-    kind = as_text(obj.get("kind"))
+    kind = as_text(obj.get("kind")) or None
     metadata = as_map(obj.get("metadata"))
+    if implied is not None and kind is not None and kind != implied:
+        return ReadProblem("kind", f"the object says kind {kind!r} where a {implied} is expected")
+    kind = kind or implied
     if kind is None and "servingEngineSpec" in obj:
         kind = PRODUCTION_STACK_KIND
         reader: _Reader | None = read_production_stack
