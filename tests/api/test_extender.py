@@ -395,3 +395,23 @@ def test_every_answer_and_refusal_is_counted(client: TestClient) -> None:
     assert delta("refusals_total", verb="prioritize", reason="names_only_unpinned") == 1
     assert delta("nodes_total", verb="filter", verdict="fits") == 1
     assert delta("nodes_total", verb="filter", verdict="does_not_fit") == 1
+
+
+# ---------------------------------------------------------------------------- issue 25 item 9
+
+
+def test_nodes_named_only_by_their_cloud_labels_are_judged(client: TestClient) -> None:
+    nodes = {
+        "gke-l4": {"cloud.google.com/gke-accelerator": "nvidia-l4"},
+        "eks-p5": {"node.kubernetes.io/instance-type": "p5.48xlarge"},
+        "aks-a100": {"node.kubernetes.io/instance-type": "Standard_NC24ads_A100_v4"},
+    }
+    expected = {
+        "gke-l4": fit_70b(client, "l4")["fits"],
+        "eks-p5": fit_70b(client, "h100-sxm-80gb")["fits"],
+        "aks-a100": fit_70b(client, "a100-pcie-80gb")["fits"],
+    }
+    assert expected == {"gke-l4": False, "eks-p5": True, "aks-a100": True}
+    result = filter_(client, args(llama_70b(), nodes))
+    assert passing(result) == {"eks-p5", "aks-a100"}
+    assert "NVIDIA-L4" in result["FailedAndUnresolvableNodes"]["gke-l4"]
