@@ -30,6 +30,7 @@ __all__ = [
     "instance_type",
     "node_product",
     "products_named",
+    "ray_accelerator_products",
 ]
 
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -70,7 +71,9 @@ class InstanceType:
     source: str
 
 
-def _load(path: Path) -> tuple[dict[str, GpuLabel], dict[str, InstanceType]]:
+def _load(
+    path: Path,
+) -> tuple[dict[str, GpuLabel], dict[str, InstanceType], dict[str, tuple[str, ...]]]:
     data = tomllib.loads(path.read_text(encoding="utf-8"))
     labels: dict[str, GpuLabel] = {}
     for entry in data.get("label", []):
@@ -87,10 +90,20 @@ def _load(path: Path) -> tuple[dict[str, GpuLabel], dict[str, InstanceType]]:
             types[name] = InstanceType(
                 name, row["product"], row["gpus"], family["cloud"], family["source"]
             )
-    return labels, types
+    ray = {
+        name: tuple(products)
+        for name, products in data.get("ray_accelerator_types", {}).get("values", {}).items()
+    }
+    return labels, types, ray
 
 
-LABELS, _INSTANCE_TYPES = _load(_TABLE)
+LABELS, _INSTANCE_TYPES, _RAY_ACCELERATORS = _load(_TABLE)
+
+
+def ray_accelerator_products(name: str) -> tuple[str, ...]:
+    """The GPU products a Ray accelerator type covers; a name the table does not map stays as
+    written (reported as a GPU the catalog does not know)."""
+    return _RAY_ACCELERATORS.get(name, (name,))
 
 
 def instance_type(name: str) -> InstanceType | None:

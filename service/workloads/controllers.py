@@ -155,9 +155,7 @@ def _kserve_model(
             value = inline or (arg.words[1] if len(arg.words) > 1 else "")
             if value:
                 rest = tuple(a for a in command.ignored_args if a is not arg)
-                return model_ref(value, arg.source), dataclasses.replace(
-                    command, ignored_args=rest
-                )
+                return model_ref(value, arg.source), dataclasses.replace(command, ignored_args=rest)
     return command.model, command
 
 

@@ -38,6 +38,8 @@ def _table_products() -> list[tuple[str, str, int | None]]:
             ]
     for family in data["instance_types"]:
         rows += [(name, row["product"], None) for name, row in family["types"].items()]
+    for name, products in data["ray_accelerator_types"]["values"].items():
+        rows += [(f"ray accelerator_type={name}", product, None) for product in products]
     return rows
 
 
