@@ -72,6 +72,17 @@ EXAMPLES: list[tuple[str, str, str]] = [
         "| jq '{summary, capacity, fit}'",
     ),
     (
+        "Inference: latency, throughput and the replicas an SLO needs",
+        "Time to first token, inter-token latency and throughput of that H100 at 32 requests "
+        "of 1024 prompt and 256 output tokens in flight, and the replicas that serve 50 "
+        "requests/s within 500 ms TTFT and 30 ms ITL ([docs/performance.md]"
+        "(docs/performance.md)):",
+        "curl -s $BASE/v1/estimate/inference -d '{\"model\": \"meta-llama/Llama-3.1-8B-Instruct\", "
+        "\"engine\": \"vllm\", \"gpu\": \"h100-sxm-80gb\", \"traffic\": {\"input_tokens\": "
+        "1024, \"output_tokens\": 256, \"concurrency\": 32}, \"slo\": {\"ttft_ms\": 500, "
+        "\"itl_ms\": 30, \"requests_per_s\": 50}}' | jq '{performance, sizing}'",
+    ),
+    (
         "Fine-tuning: the PAI guide's example with the simple rules",
         "7B in FP16, full fine-tuning with Adam, batch 1, 2048 tokens:",
         "curl -s $BASE/v1/estimate/finetune "
@@ -145,7 +156,7 @@ def render(base: str) -> str:
             timeout=60,
             check=True,
         )
-        output = re.sub(r"[0-9a-f]{32}", "<request-id>", result.stdout.strip())
+        output = re.sub(r"\b[0-9a-f]{32}\b", "<request-id>", result.stdout.strip())
         output = output.replace(base, SHOWN_BASE)
         parts.append(f"```console\n$ {command.replace('$BASE', SHOWN_BASE)}\n{output}\n```\n")
     return "\n".join(parts)

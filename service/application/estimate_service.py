@@ -9,10 +9,15 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from service.application.convert import finetune_request, inference_request
+from service.application.convert import finetune_request, inference_request, performance_request
 from service.application.metrics import Metrics
 from service.application.render import render_estimate
-from service.application.resolve import ad_hoc_gpu, resolve_gpu, resolve_model
+from service.application.resolve import (
+    ad_hoc_gpu,
+    resolve_gpu,
+    resolve_model,
+    resolve_speculative,
+)
 from service.catalog.gpu_catalog import GpuCatalog
 from service.catalog.model_catalog import ModelCatalog
 from service.estimator.answer import Answer, answer_finetune, answer_inference
@@ -66,12 +71,16 @@ def run_estimate(
                 "`gpu_memory_bytes`)",
                 field="gpu",
             )
+        speculative = resolve_speculative(body.speculative, catalogs.models, catalogs.store)
+        traffic, slo = performance_request(body)
         answer = answer_inference(
             model,
-            inference_request(body),
+            inference_request(body, speculative),
             estimator=body.estimator,
             gpu=gpu,
             gpu_count=body.gpu_count,
+            traffic=traffic,
+            slo=slo,
         )
         engine = body.engine
     else:

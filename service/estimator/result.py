@@ -113,3 +113,5 @@ class Fit:
     layout: Layout | None = None
     min_gpu_layout: Layout | None = None
     engine_args: tuple[str, ...] | None = None
+    # Why ``min_gpu_layout`` is that layout (the form operators run, what smaller fails).
+    min_gpu_layout_reason: str | None = None

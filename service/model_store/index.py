@@ -1,10 +1,14 @@
 """The store's index: every model found under the store roots, built from headers only.
 
 For each model directory (:mod:`.layout`) the index reads ``config.json`` (its
-``quantization_config`` included), ``model.safetensors.index.json`` (``metadata.total_size``)
-and the header of every ``.safetensors`` file, or the metadata and tensor infos of its
-``.gguf`` files, and builds the :class:`~service.estimator.model.Architecture` and the
-checkpoint's exact bytes per component (:class:`~service.estimator.checkpoint.CheckpointWeights`).
+``quantization_config`` included), ``model.safetensors.index.json`` (``metadata.total_size``
+and the ``weight_map`` of tensors to shards) and the header of every shard present, or the
+metadata and tensor infos of its ``.gguf`` files, and builds the
+:class:`~service.estimator.model.Architecture` and the checkpoint's exact bytes per component
+(:class:`~service.estimator.checkpoint.CheckpointWeights`), whatever the family. Shards the
+index lists but the directory lacks (a download in progress, a metadata-only copy) count with
+the bytes the index's total leaves after the shards present; ``.safetensors`` files the index
+does not list (``consolidated.safetensors``) are another packaging and are not counted.
 A file or model that cannot be read is skipped with its reason (logged and kept in
 :attr:`StoreIndex.skipped`); nothing stops the index.
 
@@ -163,15 +167,66 @@ def _component(name: str, num_layers: int) -> str:
     return TEXT
 
 
+@dataclass(frozen=True, slots=True)
+class _ShardIndex:
+    """``model.safetensors.index.json``: the checkpoint's total and where each tensor is."""
+
+    total: int | None
+    weight_map: Mapping[str, str]  # tensor name -> shard file
+
+
+def _shard_index(model: ModelDir, notes: list[str]) -> _ShardIndex | None:
+    path = model.files.get("model.safetensors.index.json")
+    if path is None:
+        return None
+    try:
+        doc = _read_json(path)
+    except (OSError, ValueError):
+        notes.append("model.safetensors.index.json unreadable: ignored")
+        return None
+    if not isinstance(doc, dict):
+        notes.append("model.safetensors.index.json is not an object: ignored")
+        return None
+    meta = doc.get("metadata")
+    total = meta.get("total_size") if isinstance(meta, dict) else None
+    if isinstance(total, str) and total.isdigit():
+        total = int(total)
+    if not isinstance(total, int) or isinstance(total, bool) or total < 0:
+        total = None
+    raw = doc.get("weight_map")
+    weight_map = {
+        str(k): v
+        for k, v in (raw.items() if isinstance(raw, dict) else ())
+        if isinstance(v, str) and v.endswith(".safetensors") and "/" not in v
+    }
+    return _ShardIndex(total, MappingProxyType(weight_map))
+
+
 def _safetensors_entry(
     scan: _Scan, model: ModelDir, arch: Architecture
 ) -> tuple[CheckpointWeights | None, list[str]]:
+    """The checkpoint's bytes by component: the headers of its shards, and for shards the
+    directory lacks (a partial download, a metadata-only copy) the index's ``total_size``
+    less the shards present. With an index, only the shards it lists are the transformers
+    checkpoint (``consolidated.safetensors`` beside them is another format of the same
+    weights)."""
     notes: list[str] = []
-    names = sorted(n for n in model.files if n.endswith(".safetensors") and "/" not in n)
-    if not names:
-        return None, ["no .safetensors files: weights from the config"]
+    shards = _shard_index(model, notes)
+    present = sorted(n for n in model.files if n.endswith(".safetensors") and "/" not in n)
+    listed = sorted(set(shards.weight_map.values())) if shards and shards.weight_map else None
+    if listed is not None:
+        others = [n for n in present if n not in listed]
+        if others:
+            notes.append(
+                f"{', '.join(others[:3])} not listed in model.safetensors.index.json: not counted "
+                "(another packaging of the weights)"
+            )
+        present = [n for n in present if n in listed]
+    total = shards.total if shards else None
+    if not present and total is None:
+        return None, [*notes, "no .safetensors files: weights from the config"]
     components: dict[str, int] = {}
-    for name in names:
+    for name in present:
         path = model.files[name]
         cost = min(path.stat().st_size, scan.limits.max_safetensors_header_bytes + 8)
         cap = scan.limits.max_safetensors_header_bytes
@@ -182,23 +237,53 @@ def _safetensors_entry(
         for t in header.tensors:
             c = _component(t.name, arch.num_layers)
             components[c] = components.get(c, 0) + t.nbytes
-    index_total = None
-    index_path = model.files.get("model.safetensors.index.json")
-    if index_path is not None:
-        try:
-            doc = _read_json(index_path)
-            total = doc.get("metadata", {}).get("total_size") if isinstance(doc, dict) else None
-            index_total = int(total) if isinstance(total, int | float | str) else None
-        except (OSError, ValueError, AttributeError):
-            notes.append("model.safetensors.index.json unreadable: ignored")
     header_total = sum(components.values())
-    if index_total is not None and index_total != header_total:
+    missing = [n for n in listed or () if n not in present]
+    if total is not None and (missing or not present):
+        _add_missing_shards(components, shards, missing, total, header_total, arch, notes)
+    elif total is not None and total != header_total:
         notes.append(
-            f"model.safetensors.index.json gives total_size {index_total} bytes, the headers "
+            f"model.safetensors.index.json gives total_size {total} bytes, the headers "
             f"{header_total}: the headers are used"
         )
     checkpoint = CheckpointWeights("safetensors", tuple(sorted(components.items())))
     return checkpoint, notes
+
+
+def _add_missing_shards(
+    components: dict[str, int],
+    shards: _ShardIndex | None,
+    missing: list[str],
+    total: int,
+    header_total: int,
+    arch: Architecture,
+    notes: list[str],
+) -> None:
+    """The bytes of the shards the directory lacks, from the index's ``total_size``, under
+    the component their tensors belong to (by the index's ``weight_map``)."""
+    rest = total - header_total
+    if rest < 0:
+        notes.append(
+            f"model.safetensors.index.json gives total_size {total} bytes, less than the "
+            f"headers present ({header_total}): the headers are used"
+        )
+        return
+    names = [t for t, f in (shards.weight_map.items() if shards else ()) if f in missing]
+    kinds = {_component(t, arch.num_layers) for t in names} or {TEXT}
+    target = next(iter(kinds)) if len(kinds) == 1 else TEXT
+    components[target] = components.get(target, 0) + rest
+    what = (
+        f"{len(missing)} shard(s) listed in it are not in the directory"
+        if missing
+        else ("no shard is in the directory")
+    )
+    note = (
+        f"weights from model.safetensors.index.json: {what}; their {rest} bytes taken from "
+        f"its metadata.total_size ({total} bytes in all)"
+    )
+    if len(kinds) > 1:
+        note += f" and counted as {TEXT} (they hold {', '.join(sorted(kinds))} tensors)"
+    notes.append(note)
 
 
 class _ModelSkip(Exception):

@@ -14,7 +14,8 @@ What it does, in order:
    Not pinned (admission runs before a node is chosen): allowed, warning with the products it
    fits on. Pinned to several products, fitting on some: allowed, warning naming those.
 4. Anything the estimator could not read (a model given as a path, a model or GPU not in the
-   catalog): allowed with a warning. Admission never fails because of the estimator.
+   catalog): allowed with a warning. Admission never fails because of the estimator, and never
+   denies on a model the alias rules read from its name (a guess): allowed with a warning.
 
 Warnings stay short (the API server passes 120 characters comfortably and cuts at 256,
 `service.workloads.admission.WARNING_LIMIT`); the denial message carries the details.
@@ -36,6 +37,7 @@ from service.estimator.engines import get_engine
 from service.scheduling.check import Check, check_plan
 from service.scheduling.plan import Plan
 from service.scheduling.preflight import Overrides, WorkloadUnreadable, plans_for_object
+from service.scheduling.training import judge_training
 from service.workloads.admission import (
     AdmissionRequest,
     AdmissionResponse,
@@ -104,6 +106,15 @@ def _shorter_context(check: Check) -> str | None:
     return f"{option.flag} {fit.max_sequence_length}"
 
 
+def _guessed_model(check: Check) -> str | None:
+    """Why a verdict rests on a guess of the model (the alias rules read its name), or None."""
+    resolution = check.estimate.model.resolution if check.estimate is not None else None
+    if resolution is None or resolution.exact:
+        return None
+    how = f" in {resolution.format}" if resolution.format else ""
+    return f"model read as {resolution.resolved_to}{how} by the alias rules (a guess)"
+
+
 def _judge(check: Check, who: str) -> tuple[str | None, str | None]:
     """(denial message or None, warning or None) for one container."""
     plan = check.plan
@@ -165,6 +176,26 @@ def decide(
     mode, mode_warning = _mode(obj, default)
     if mode == "off":
         return allowed, ()
+    # Training jobs: the same decision from the training judgement.
+    training = judge_training(obj, catalogs, metrics, PREFIX)
+    if training is not None:
+        warned = (*([mode_warning] if mode_warning else []), *training.warnings)
+        audit = {"verdict": ",".join(dict.fromkeys(training.verdicts))} if training.verdicts else {}
+        judged = tuple(training.verdicts)
+        if training.denials and mode == "deny":
+            denied = AdmissionResponse(
+                uid=request.uid,
+                allowed=False,
+                code=403,
+                reason="Forbidden",
+                message="GPU memory check (" + MODE_KEY + "=deny): " + " | ".join(training.denials),
+                warnings=warned,
+                audit_annotations=audit,
+            )
+            return denied, judged
+        return AdmissionResponse(
+            request.uid, True, warnings=warned, audit_annotations=audit
+        ), judged
     reading = read_workloads(obj)
     if isinstance(reading, ReadProblem):
         return allowed, ()
@@ -191,6 +222,11 @@ def decide(
             continue
         verdicts.append(check.verdict)
         denial, warning = _judge(check, who)
+        guess = _guessed_model(check)
+        if denial is not None and guess is not None:
+            # The model was read from its name by the alias rules: never denied on a guess.
+            warnings.append(f"{PREFIX}{who}: not denied: {guess}")
+            denial = None
         if denial is not None:
             denials.append(denial)
         if warning is not None:

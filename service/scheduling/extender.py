@@ -76,6 +76,7 @@ from service.estimator.gpu import GpuSpec
 from service.scheduling.check import GpuVerdict, Prepared, prepare, verdict_on
 from service.scheduling.plan import plan_workload
 from service.scheduling.preflight import image_at
+from service.scheduling.training import training_filter, training_prioritize
 from service.workloads.extender import (
     MAX_EXTENDER_PRIORITY,
     ExtenderArgs,
@@ -214,6 +215,14 @@ def node_gpu(node: NodeGpus, request: GpuRequest, catalogs: Catalogs) -> NodeGpu
     if sliced:
         spec = dataclasses.replace(spec, shared=True)
     return NodeGpu(label, spec, sliced)
+
+
+def _as_pod(args: ExtenderArgs) -> ExtenderArgs:
+    """The arguments with the Pod's kind said, for readers that dispatch on ``kind`` (the
+    informer's Pod carries none)."""
+    if args.pod.get("kind"):
+        return args
+    return dataclasses.replace(args, pod={**args.pod, "kind": "Pod", "apiVersion": "v1"})
 
 
 @dataclass(frozen=True)
@@ -380,6 +389,13 @@ def _filter_names(args: ExtenderArgs, pod: _Pod, catalogs: Catalogs) -> _Filtere
 def filter_nodes(args: ExtenderArgs, catalogs: Catalogs, metrics: Metrics) -> ExtenderFilterResult:
     """Nodes whose GPU fits the pod's model; the others, with the reason, as unresolvable;
     ``Error`` when the pod cannot be judged. The answer lists the nodes in the form they came."""
+    as_pod = _as_pod(args)
+    training = training_filter(as_pod, catalogs, node_gpu)  # a training pod: its own branch
+    if training is not None:
+        failed = training.failed_and_unresolvable
+        verdicts = [name not in failed for name in args.names]
+        _count(metrics, "filter", None, verdicts, applicable=True)
+        return training
     answer = _filter(args, catalogs)
     _count(metrics, "filter", answer.refusal, answer.verdicts, applicable=answer.applicable)
     return answer.result
@@ -480,6 +496,10 @@ def prioritize_nodes(
 
     Raises `Refused` (a 422 problem document) for a pod it cannot judge.
     """
+    training = training_prioritize(_as_pod(args), catalogs, node_gpu, _score)  # a training pod
+    if training is not None:
+        _count(metrics, "prioritize", None, [], applicable=True)
+        return training
     try:
         scores, verdicts, applicable = _prioritize(args, catalogs)
     except Refused as exc:

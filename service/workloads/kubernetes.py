@@ -72,6 +72,7 @@ from service.workloads.pods import (
     subtree,
 )
 from service.workloads.sources import ReadProblem, Sourced
+from service.workloads.training.kinds import serving_reader
 
 __all__ = [
     "OtherContainer",
@@ -210,6 +211,10 @@ _READERS: dict[str, _Reader] = {
     "RayCluster": read_ray_cluster,
     "RayService": read_ray_service,
     "Workspace": read_workspace,
+    "PyTorchJob": serving_reader("PyTorchJob"),
+    "JobSet": serving_reader("JobSet"),
+    "RayJob": serving_reader("RayJob"),
+    "Workload": serving_reader("Workload"),
 }
 PRODUCTION_STACK_KIND = "vllm-production-stack values"
 

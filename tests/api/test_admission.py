@@ -277,3 +277,17 @@ def test_allows_warnings_and_denials_are_counted(client: TestClient) -> None:
     assert delta(reviews, mode="warn", decision="skipped") == 1
     assert delta(reviews, mode="warn", decision="unreadable") == 1
     assert delta("llmmem_admission_container_verdicts_total", verdict="does_not_fit") == 2
+
+
+def test_a_model_read_from_its_name_is_never_denied(client: TestClient) -> None:
+    # unsloth's re-upload of Llama-3.1-8B-Instruct on one L4 does not fit, as the catalog
+    # model it mirrors does not (TOO_BIG); the alias rules read the name, so deny mode allows
+    # it and says why.
+    mirror = "unsloth/Llama-3.1-8B-Instruct"
+    assert not fits(client, {"model": mirror, "engine": "vllm", "gpu": "l4"})
+    obj = gpu_pod([mirror], "NVIDIA-L4", annotations={MODE_KEY: "deny"})
+    response = admit(client, review(obj))
+    assert response["allowed"] is True
+    assert any(
+        "not denied" in w and "alias rules" in w and len(w) <= 256 for w in response["warnings"]
+    )

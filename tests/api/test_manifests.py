@@ -60,10 +60,10 @@ def _documented() -> list[Any]:
             marks.append(
                 pytest.mark.xfail(
                     strict=True,
-                    reason="expert parallelism is not priced yet (each DP rank is judged "
-                    "holding every expert: 627 GiB per GPU) and `--kv-cache-memory-bytes=` "
-                    "empty is refused by the flag table (vLLM reads it as unset); both belong "
-                    "to the engine-flag and plan owners",
+                    reason="the plan judges each of the 16 DP ranks holding every expert "
+                    "(627 GiB of weights per GPU on H200) although --enable-expert-parallel is "
+                    "given, and `--kv-cache-memory-bytes=` empty is refused by the flag table "
+                    "(vLLM reads it as unset); both belong to the plan and engine-flag owners",
                 )
             )
         for doc in workload_documents(entry["file"]):

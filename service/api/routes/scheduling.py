@@ -64,7 +64,14 @@ async def _json_body(request: Request) -> object:
     responses=problem_responses(400, 404, 413, 422),
 )
 async def preflight_workload(body: PreflightRequest, request: Request) -> Response:
-    overrides = Overrides(body.model, body.gpu, body.gpu_memory_bytes, body.gpu_count)
+    overrides = Overrides(
+        body.model,
+        body.gpu,
+        body.gpu_memory_bytes,
+        body.gpu_count,
+        hf_config=body.hf_config,
+        weight_format=body.weight_format,
+    )
     answer = await run_cpu_bound(
         request,
         _preflight,
@@ -85,6 +92,7 @@ def _preflight(
         overrides=overrides,
         catalogs=catalogs,
         metrics=metrics,
+        files=body.files,
     )
 
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from service.estimator.engines.overhead import OverheadTerms, framework_overhead
 from service.estimator.errors import InvalidRequest
 from service.estimator.memo import memoized
+from service.estimator.parallel import ExpertLayout
 from service.estimator.units import GIB, normalize_dtype
 from service.estimator.weights import Placement
 
@@ -34,6 +35,8 @@ if TYPE_CHECKING:
     from service.estimator.weights import WeightLayout
 
 __all__ = [
+    "DataParallelPlan",
+    "DecidedBy",
     "DtypeChoice",
     "Engine",
     "EngineContext",
@@ -41,6 +44,7 @@ __all__ = [
     "Option",
     "StageArgs",
     "StageBuild",
+    "WeightOffload",
     "WeightSplit",
     "activation_dtype",
     "tp_sizes_dividing_widths",
@@ -72,6 +76,17 @@ def tp_sizes_dividing_widths(arch: Architecture, vocab_padding: int) -> tuple[in
     if arch.moe is not None:
         widths.append(arch.moe.expert_intermediate_size)
     return tuple(t for t in arch.valid_tensor_parallel_sizes if all(w % t == 0 for w in widths))
+
+
+@dataclass(frozen=True, slots=True)
+class DecidedBy:
+    """A request field the engine does not read, and what decides its memory in its place:
+    ``options``, the engine's own options (empty: the engine itself, by its kernels), and
+    ``why`` in words."""
+
+    field: str
+    options: tuple[str, ...]
+    why: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,6 +231,41 @@ class StageBuild:
     extra_weights: int = 0
     fixed_kv: int = 0
     host_bytes: int = 0
+    # A KV pool the caller fixed (None: the engine sizes it from its budget).
+    kv_pool: int | None = None
+    # Host memory one GPU's worker process holds for this stage (pinned offload, adapter
+    # caches, swap), beside ``host_bytes`` (the engine process's own, llama.cpp).
+    host_per_gpu: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class DataParallelPlan:
+    """What data and expert parallelism change on one GPU of a replica.
+
+    ``experts``: how the routed experts are spread (None: split by TP like the dense
+    layers); ``nccl``: the communicators of the data- and expert-parallel groups beyond the
+    TP and PP ones; ``all_to_all``: the buffers the MoE dispatch/combine backend allocates;
+    ``moe_token_factor``: how many times a rank's own tokens a MoE layer processes (vLLM's
+    all-gather backends hand every DP rank's tokens to every rank's experts).
+    """
+
+    experts: ExpertLayout | None = None
+    nccl: int = 0
+    all_to_all: int = 0
+    moe_token_factor: int = 1
+    notes: tuple[str, ...] = ()
+    # What was read but is not priced (a warning, never a refusal, downstream).
+    unpriced: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class WeightOffload:
+    """Weights moved off one GPU of each stage into host memory, the most of them one decoder
+    layer holds, and what was done."""
+
+    per_stage: tuple[int, ...]
+    largest_layer: int
+    note: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,8 +295,27 @@ class Engine:
     # stages can then stop fitting where fewer fit, and the fewest-GPU search may not assume
     # that the most stages fit whenever any count does.
     reserve_grows_with_gpus: ClassVar[bool] = False
+    # Request fields the engine sizes nothing by, each with the option that decides instead
+    # (docs/inference.md, "Fields an engine does not use"); `attention` is added for engines
+    # with fused kernels (:meth:`decided_elsewhere`).
+    decides_instead: ClassVar[tuple[DecidedBy, ...]] = ()
 
     # ---- options --------------------------------------------------------------------
+
+    @classmethod
+    def decided_elsewhere(cls) -> tuple[DecidedBy, ...]:
+        """The request fields this engine does not read (:attr:`decides_instead`), with
+        `attention` for fused kernels: they never materialize the score matrices, whatever
+        `attention` says (the forward's eager terms apply only without them)."""
+        own = cls.decides_instead
+        if cls.fused_kernels and all(d.field != "attention" for d in own):
+            fused = DecidedBy(
+                "attention",
+                (),
+                f"{cls.name} runs its own fused attention kernels, which hold no score matrices",
+            )
+            own = (*own, fused)
+        return own
 
     @classmethod
     def option_table(cls) -> Mapping[str, Option]:
@@ -347,6 +416,32 @@ class Engine:
         """The longest sequence the engine is configured for (None: no such limit)."""
         return None
 
+    def offload(
+        self, arch: Architecture, s: EngineSettings, layout: WeightLayout, pp: int
+    ) -> WeightOffload | None:
+        """Weights the engine keeps in host memory instead of on the GPUs (None: none)."""
+        return None
+
+    def data_parallel(
+        self,
+        arch: Architecture,
+        s: EngineSettings,
+        tp: int,
+        dp: int,
+        expert_parallel: bool,
+        gpu: GpuSpec | None,
+    ) -> DataParallelPlan:
+        """What ``dp`` replicas (and expert parallelism) change per GPU. Plain PyTorch: each
+        replica is an independent copy; it has no expert parallelism."""
+        if expert_parallel:
+            raise InvalidRequest(
+                f"engine {self.name!r} has no expert parallelism; drop expert_parallel",
+                field="expert_parallel",
+            )
+        if dp > 1:
+            return DataParallelPlan(notes=(f"{dp} data-parallel replicas, each a full copy",))
+        return DataParallelPlan()
+
     def overheads(
         self, s: EngineSettings, tp: int, pp: int, layers_on_gpu: int, gpu: GpuSpec | None
     ) -> tuple[OverheadTerms, OverheadTerms]:
@@ -411,3 +506,11 @@ class StageArgs:
     layers: int = 0  # decoder layers on this stage
     index: int = 0  # the stage's place in the pipeline, first 0
     pp: int = 1
+    # Data and expert parallelism: how the routed experts sit, how many times a rank's own
+    # tokens a MoE layer works on.
+    experts: ExpertLayout | None = None
+    moe_token_factor: int = 1
+    # Weights the engine offloaded to host memory from this GPU, and the most of them one
+    # decoder layer holds.
+    offloaded_bytes: int = 0
+    offloaded_layer_bytes: int = 0

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from service.estimator.engines import sglang_versions as sv
 from service.estimator.engines.base import (
+    DecidedBy,
     DtypeChoice,
     Engine,
     EngineContext,
@@ -51,6 +52,7 @@ from service.estimator.engines.overhead import (
     cuda_context_bytes,
     library_workspace_bytes,
     nccl_bytes,
+    nvswitch_board,
 )
 from service.estimator.engines.sglang_options import (
     OPTIONS,
@@ -106,6 +108,15 @@ class SglangEngine(Engine):
     budget_option: ClassVar[str | None] = "mem_fraction_static"
     fused_kernels: ClassVar[bool] = True
     context_option: ClassVar[str | None] = "context_length"
+    decides_instead: ClassVar[tuple[DecidedBy, ...]] = (
+        DecidedBy(
+            "prompt_tokens",
+            ("mem_fraction_static", "chunked_prefill_size"),
+            "SGLang leaves activations the memory mem_fraction_static does not take and "
+            "prefills in chunks of chunked_prefill_size tokens; a request's prompt length "
+            "changes nothing",
+        ),
+    )
     # server_args.py reserves tp × pp / 8 GiB more per GPU as the group grows.
     reserve_grows_with_gpus: ClassVar[bool] = True
     options: ClassVar[tuple[Option, ...]] = OPTIONS
@@ -187,12 +198,17 @@ class SglangEngine(Engine):
         self, s: EngineSettings, tp: int, pp: int, layers_on_gpu: int, gpu: GpuSpec | None
     ) -> tuple[OverheadTerms, OverheadTerms]:
         """Nothing is charged to the budget but the weights and the pool: the context and
-        NCCL are allocated before F0 is measured, the rest after the pool (in the slack)."""
+        NCCL are allocated before F0 is measured, the rest after the pool (in the slack).
+
+        NCCL as a TP group of two communicators holds it (SGLang's PyNccl and torch's process
+        group, which ``get_available_gpu_memory``'s all-reduce sets up): the fitted NVSwitch
+        figure on Hopper-and-later SXM boards, the per-peer channel buffers elsewhere (PCIe
+        boards such as 4 × L4), as vLLM's groups are priced."""
         graphs = 0 if s["disable_cuda_graph"] else GRAPH_BYTES_PER_BATCH * s["cuda_graph_max_bs"]
         outside = OverheadTerms(
             cuda_context=cuda_context_bytes(gpu),
             library_workspace=library_workspace_bytes(gpu),
-            nccl=nccl_bytes(tp, pp),
+            nccl=nccl_bytes(tp, pp, nvswitch=nvswitch_board(gpu)),
             cuda_graphs=graphs,
         )
         return OverheadTerms(), outside

@@ -16,8 +16,16 @@ from typing import TYPE_CHECKING
 
 from service.estimator.engines.base import EngineContext, Option, OptionValue
 from service.estimator.engines.mxfp4_storage import BACKENDS
+from service.estimator.engines.vllm_features import LORA_DTYPES
+from service.estimator.engines.vllm_parallel import ALL2ALL_BACKENDS
 from service.estimator.engines.vllm_profile import SAMPLER_CHOICES
-from service.estimator.engines.vllm_versions import LINES, NEWEST, VllmLine, line_for
+from service.estimator.engines.vllm_versions import (
+    LINES,
+    NEWEST,
+    VllmLine,
+    line_for,
+    v0_batch_tokens,
+)
 from service.estimator.errors import InvalidRequest
 from service.estimator.model import Architecture
 from service.estimator.units import GIB
@@ -39,8 +47,6 @@ __all__ = [
 # vLLM's thresholds for its larger scheduling defaults (EngineArgs, usage context OpenAI server).
 LARGE_GPU_BYTES = 70 * GIB
 HUGE_GPU_BYTES = 160 * GIB  # v0.34's top tier (B200/B300, MI300X)
-# V0 turns chunked prefill on above this max_model_len (EngineArgs.create_engine_config).
-V0_CHUNKED_ABOVE = 32768
 _V0_FALLBACK = next(line for line in LINES if line.name == "0.6.5")
 # When a config names no context length at all.
 FALLBACK_MAX_MODEL_LEN = 2048
@@ -121,9 +127,15 @@ def batch_defaults(
     larger token budget of each tier (``EngineArgs._set_default_args``, 0.8.5-0.34)."""
     if line.batch == "v0":
         seqs = 256 if seqs_given is None else int(seqs_given)
-        if max_model_len > V0_CHUNKED_ABOVE and ctx.architecture.vision is None:
-            return line.v0_chunked_tokens, seqs
-        return max(max_model_len, 2048), seqs
+        arch, gpu = ctx.architecture, ctx.gpu
+        return v0_batch_tokens(
+            line,
+            max_model_len,
+            multimodal=arch.vision is not None,
+            sliding_window=arch.sliding_window is not None,
+            mla=arch.mla is not None,
+            rocm=gpu is not None and gpu.vendor == "amd",
+        ), seqs
     offline = entrypoint == "llm"
     mem = ctx.gpu_memory_bytes
     gpu = ctx.gpu
@@ -222,12 +234,14 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "sampler",
         str,
-        "vLLM: the top-k/top-p sampler its profiling run measures (`auto`: the line's own; "
-        "`flashinfer`: FlashInfer's, which V1 picks whenever the flashinfer package is "
-        "installed in 0.8-0.10 (the Docker image ships it, a plain pip install does not) and "
-        "only under VLLM_USE_FLASHINFER_SAMPLER=1 in 0.11-0.20; the log then says 'Using "
-        "FlashInfer for top-p & top-k sampling'. From 0.21 FlashInfer serves by default but "
-        "the profiling run also warms the Triton path, whose peak stands either way).",
+        "vLLM: the top-k/top-p sampler its profiling run measures (`auto`: what the line's "
+        "official image vllm/vllm-openai runs: FlashInfer's in 0.8-0.10, whose V1 sampler takes "
+        "it whenever the flashinfer package imports and whose image ships it, the line's own "
+        "elsewhere and on ROCm; `native`: the line's own, as a pip install without flashinfer "
+        "runs it; `flashinfer`: FlashInfer's, which 0.11.2-0.20 take only under "
+        "VLLM_USE_FLASHINFER_SAMPLER=1; the log then says 'Using FlashInfer for top-p & top-k "
+        "sampling'. From 0.21 the profiling run also warms the Triton path, whose peak stands "
+        "either way).",
         default="auto",
         choices=SAMPLER_CHOICES,
     ),
@@ -249,6 +263,133 @@ OPTIONS: tuple[Option, ...] = (
         low=0,
         high=1 << 20,
         flag="--limit-mm-per-prompt",
+    ),
+    Option(
+        "all2all_backend",
+        str,
+        "vLLM: how expert-parallel MoE layers dispatch tokens (--all2all-backend; "
+        "VLLM_ALL2ALL_BACKEND before 0.13): the gather backends give each rank every DP "
+        "rank's tokens, DeepEP allocates its NVLink/RDMA buffers.",
+        default="allgather_reducescatter",
+        choices=ALL2ALL_BACKENDS,
+        flag="--all2all-backend",
+    ),
+    Option(
+        "enable_eplb",
+        bool,
+        "vLLM: expert-parallel load balancing (adds num_redundant_experts physical experts).",
+        default=False,
+        flag="--enable-eplb",
+    ),
+    Option(
+        "enable_lora",
+        bool,
+        "vLLM: LoRA adapters; max_loras slots of max_lora_rank are allocated on every "
+        "supported module before the KV cache is sized.",
+        default=False,
+        flag="--enable-lora",
+    ),
+    Option(
+        "max_loras",
+        int,
+        "vLLM: adapters served in one batch (GPU slots).",
+        default=1,
+        low=1,
+        high=1024,
+        flag="--max-loras",
+    ),
+    Option(
+        "max_lora_rank",
+        int,
+        "vLLM: the largest adapter rank; every slot is allocated at it.",
+        default=16,
+        choices=(1, 8, 16, 32, 64, 128, 256, 320, 512),
+        flag="--max-lora-rank",
+    ),
+    Option(
+        "max_cpu_loras",
+        int,
+        "vLLM: adapters kept in each worker's CPU cache (host memory; default max_loras).",
+        low=1,
+        high=1 << 16,
+        flag="--max-cpu-loras",
+    ),
+    Option(
+        "lora_dtype",
+        str,
+        "vLLM: the dtype of the LoRA slots (`auto`: the model's).",
+        default="auto",
+        choices=tuple(LORA_DTYPES),
+        flag="--lora-dtype",
+    ),
+    Option(
+        "fully_sharded_loras",
+        bool,
+        "vLLM: shard both LoRA matrices over TP (the rank of column layers' A, the output of "
+        "row layers' B).",
+        default=False,
+        flag="--fully-sharded-loras",
+    ),
+    Option(
+        "cpu_offload_gb",
+        float,
+        "vLLM: GiB of weights per GPU kept in pinned host memory (decoder-layer parameters in "
+        "order until the budget).",
+        default=0.0,
+        low=0.0,
+        high=1 << 20,
+        flag="--cpu-offload-gb",
+    ),
+    Option(
+        "kv_cache_memory_bytes",
+        int,
+        "vLLM (0.11+): a KV pool of this many bytes per GPU instead of the utilization budget.",
+        low=1,
+        high=1 << 50,
+        flag="--kv-cache-memory-bytes",
+    ),
+    Option(
+        "num_gpu_blocks_override",
+        int,
+        "vLLM: the KV pool's block count, whatever the budget leaves.",
+        low=1,
+        high=1 << 30,
+        flag="--num-gpu-blocks-override",
+    ),
+    Option(
+        "swap_space",
+        float,
+        "vLLM V0 lines: GiB of pinned host memory per GPU for swapped-out KV blocks (V1 "
+        "allocates none).",
+        default=4.0,
+        low=0.0,
+        high=1 << 20,
+        flag="--swap-space",
+    ),
+    Option(
+        "kv_offloading_size",
+        float,
+        "vLLM (0.12+): GiB of host memory for offloaded KV blocks, for the whole TP × PP group.",
+        low=0.0,
+        high=1 << 20,
+        flag="--kv-offloading-size",
+    ),
+    Option(
+        "kv_offloading_backend",
+        str,
+        "vLLM: the KV offload backend (`native` or `lmcache`).",
+        default="native",
+        choices=("native", "lmcache"),
+        flag="--kv-offloading-backend",
+    ),
+    Option(
+        "num_redundant_experts",
+        int,
+        "vLLM: EPLB's redundant expert copies per MoE layer, spread over the EP ranks "
+        "(--eplb-config num_redundant_experts; --num-redundant-experts in 0.10-0.11).",
+        default=0,
+        low=0,
+        high=1 << 16,
     ),
 )
 

@@ -10,6 +10,7 @@ on the workload (sequences, sequence length, prompt length) is then a few multip
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,7 @@ from service.estimator.kv_cache import KvLayout, stage_kv_layouts
 from service.estimator.memo import memoized
 from service.estimator.model import Architecture
 from service.estimator.parallel import pp_layer_partition
+from service.estimator.speculative import Speculative, draft_cost
 from service.estimator.units import bytes_per_element
 from service.estimator.weights import Placement, WeightLayout, resolve_format, weight_layout
 
@@ -44,6 +46,9 @@ class Stage:
     engine_state: Any  # the engine's own (vLLM: its KV-cache groups)
     base: int  # weights + fixed activation + fixed KV + overhead: what no workload changes
     fixed_kv: int = 0  # KV cache the engine allocates whatever the workload (llama.cpp)
+    # A KV pool of fixed size the caller set (vLLM --kv-cache-memory-bytes, a block-count
+    # override): counted in ``base``, and the workload's KV must fit inside it.
+    kv_pool: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +71,13 @@ class ServingSetup:
     unsupported: str | None = None  # why the GPU cannot run this setup (None: it can)
     gpu: GpuSpec | None = None
     host_bytes: int = 0  # what the engine holds in host memory (llama.cpp's CPU buffers)
+    # Host memory one GPU's worker holds, per stage (pinned offload, adapter caches, swap).
+    host_per_gpu: tuple[int, ...] = ()
+    dp: int = 1  # data-parallel ranks, each holding this setup's GPUs
+    expert_parallel: bool = False
+    # Options and features read but not priced: each would change the figures, so a verdict
+    # that rests on them is a warning, never a refusal.
+    unpriced: tuple[str, ...] = ()
 
     @property
     def budget_fraction(self) -> float:
@@ -88,6 +100,9 @@ def serving_setup(
     gpu_memory_bytes: int | None,
     gpu: GpuSpec | None = None,
     checkpoint: CheckpointWeights | None = None,
+    dp: int = 1,
+    expert_parallel: bool = False,
+    speculative: Speculative | None = None,
 ) -> ServingSetup:
     """Build the setup (validated layout, engine settings already resolved)."""
     engine = get_engine(settings.engine)
@@ -103,19 +118,37 @@ def serving_setup(
     kv_layouts = stage_kv_layouts(arch, kvb, tp, pp, True)
     max_model_len = engine.max_model_len(settings)
     placement = engine.placement(arch, settings, d)
-    layout = weight_layout(arch, weight_format, tp, pp, placement)
+    parallel = engine.data_parallel(arch, settings, tp, dp, expert_parallel, gpu)
+    layout = weight_layout(arch, weight_format, tp, pp, placement, parallel.experts)
     per_stage, host_bytes, weight_notes = _placed_weights(
         arch, engine, settings, layout, placement, checkpoint, pp, own=weight_format is None
     )
+    if speculative is not None:
+        # The drafter runs where the target's last layers and sampler do.
+        draft = draft_cost(speculative, arch, layout, kvb, tp, layout.dense_dtype)
+        per_stage = (*per_stage[:-1], per_stage[-1] + draft.weights)
+        last = dataclasses.replace(kv_layouts[-1], extra_token_bytes=draft.kv_token_bytes)
+        kv_layouts = (*kv_layouts[:-1], last)
+        weight_notes = (*weight_notes, draft.note)
+    offload = engine.offload(arch, settings, layout, pp)
+    if offload is not None:
+        per_stage = tuple(w - o for w, o in zip(per_stage, offload.per_stage, strict=True))
+        weight_notes = (*weight_notes, offload.note)
     eager = attention == "eager" and not engine.fused_kernels
     coeffs = forward_coefficients(arch, d, tp, fused_moe=engine.fused_kernels, eager=eager)
     assumptions = [*choice.notes, *layout.assumptions, *weight_notes]
     if eager:
         assumptions.append("eager attention materializes heads × prompt² scores (+fp32 softmax)")
     inside, outside = engine.overheads(settings, tp, pp, max(k.layers for k in kv_layouts), gpu)
+    if parallel.nccl or parallel.all_to_all:
+        inside = dataclasses.replace(
+            inside, nccl=inside.nccl + parallel.nccl, all_to_all=parallel.all_to_all
+        )
+    assumptions.extend(parallel.notes)
     assumptions.extend(inside.lines())
     assumptions.append(driver_reservation_note(gpu))
     stages: list[Stage] = []
+    host_per_gpu: list[int] = []
     for i, kv in enumerate(kv_layouts):
         build = engine.stage(
             StageArgs(
@@ -132,11 +165,17 @@ def serving_setup(
                 layers=kv.layers,
                 index=i,
                 pp=pp,
+                experts=parallel.experts,
+                moe_token_factor=parallel.moe_token_factor,
+                offloaded_bytes=offload.per_stage[i] if offload is not None else 0,
+                offloaded_layer_bytes=offload.largest_layer if offload is not None else 0,
             )
         )
+        host_per_gpu.append(build.host_per_gpu + (offload.per_stage[i] if offload else 0))
         assumptions.extend(build.notes)
         host_bytes += build.host_bytes
         weights = per_stage[i] + build.extra_weights
+        held_kv = build.fixed_kv if build.kv_pool is None else build.kv_pool
         stages.append(
             Stage(
                 index=i,
@@ -145,8 +184,9 @@ def serving_setup(
                 is_last=i == pp - 1,
                 fixed_activation=build.fixed_activation,
                 engine_state=build.state,
-                base=weights + build.fixed_activation + build.fixed_kv + inside.total,
+                base=weights + build.fixed_activation + held_kv + inside.total,
                 fixed_kv=build.fixed_kv,
+                kv_pool=build.kv_pool,
             )
         )
     assumptions.extend(engine.setup_notes(arch, settings, stages[-1].engine_state))
@@ -169,6 +209,10 @@ def serving_setup(
         unsupported=choice.unsupported,
         host_bytes=host_bytes,
         gpu=gpu,
+        host_per_gpu=tuple(host_per_gpu),
+        dp=dp,
+        expert_parallel=expert_parallel,
+        unpriced=parallel.unpriced,
     )
     return engine.complete(setup)
 
