@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from starlette.exceptions import HTTPException
+from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.api.access_log import AccessLog
@@ -44,11 +45,13 @@ class RequestContextMiddleware:
         metrics: Metrics,
         max_body_bytes: int,
         access_log: AccessLog | None = None,
+        routes: Sequence[BaseRoute] = (),
     ) -> None:
         self.app = app
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
         self.access_log = access_log
+        self.routes = tuple(routes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -146,8 +149,7 @@ class RequestContextMiddleware:
             )
         finally:
             elapsed = time.perf_counter() - start
-            route = inner.get("route")
-            template = getattr(route, "path", None) or UNMATCHED_ROUTE
+            template = route_template(inner, self.routes)
             method = scope["method"]
             self.metrics.observe_request(method, template, status, elapsed)
             if self.access_log is not None and self.access_log.enabled():
@@ -155,6 +157,27 @@ class RequestContextMiddleware:
                 self.access_log.write(
                     request_id, method, scope["path"], template, status, elapsed, client
                 )
+
+
+def route_template(scope: Scope, routes: Sequence[BaseRoute] = ()) -> str:
+    """The template of the route a request matched, for metrics and the access log.
+
+    Routing sets ``scope["route"]``. A request answered before routing (a 401 from the auth
+    middleware, a 408 while its body is read, a 413) never reaches the router, so its route is
+    found by matching ``routes`` (the app's, in routing order) against the request, as the
+    router would; only a path no route matches is ``unmatched``.
+    """
+    route = scope.get("route")
+    if route is not None:
+        return getattr(route, "path", None) or UNMATCHED_ROUTE
+    partial = None
+    for candidate in routes:
+        match, _ = candidate.matches(scope)
+        if match is Match.FULL:
+            return getattr(candidate, "path", None) or UNMATCHED_ROUTE
+        if match is Match.PARTIAL and partial is None:
+            partial = getattr(candidate, "path", None)  # the path matches, the method not
+    return partial or UNMATCHED_ROUTE
 
 
 async def _refuse_body() -> Message:

@@ -19,6 +19,10 @@ What it does, in order:
 
 Warnings stay short (the API server passes 120 characters comfortably and cuts at 256,
 `service.workloads.admission.WARNING_LIMIT`); the denial message carries the details.
+
+Every review is counted (`Metrics.observe_admission`): the route's default mode, the decision
+(allowed, warned, denied, skipped, unreadable, failed) and each sized container's verdict.
+An object without ``kind`` is read as the kind the request names (``request.kind``).
 """
 
 from __future__ import annotations
@@ -151,24 +155,35 @@ def _judge(check: Check, who: str) -> tuple[str | None, str | None]:
     return None, None
 
 
+def _with_kind(obj: Mapping[str, object], request: AdmissionRequest) -> Mapping[str, object]:
+    """The object with the kind the request names, where the object itself carries none."""
+    if obj.get("kind") or not request.kind.kind:
+        return obj
+    group = request.kind.group
+    version = f"{group}/{request.kind.version}" if group else request.kind.version
+    return {**obj, "kind": request.kind.kind, "apiVersion": obj.get("apiVersion") or version}
+
+
 def decide(
     request: AdmissionRequest, default: Mode, catalogs: Catalogs, metrics: Metrics
-) -> AdmissionResponse:
-    """The webhook's answer to a review it could read."""
+) -> tuple[AdmissionResponse, tuple[str, ...]]:
+    """The webhook's answer to a review it could read, and each sized container's verdict
+    (empty when nothing was sized: the object was let through untouched)."""
     allowed = AdmissionResponse(uid=request.uid, allowed=True)
-    obj = request.obj
-    if request.operation not in ("CREATE", "UPDATE") or obj is None:
-        return allowed
+    if request.operation not in ("CREATE", "UPDATE") or request.obj is None:
+        return allowed, ()
+    obj = _with_kind(request.obj, request)
     mode, mode_warning = _mode(obj, default)
     if mode == "off":
-        return allowed
+        return allowed, ()
     # Training jobs: the same decision from the training judgement.
     training = judge_training(obj, catalogs, metrics, PREFIX)
     if training is not None:
         warned = (*([mode_warning] if mode_warning else []), *training.warnings)
         audit = {"verdict": ",".join(dict.fromkeys(training.verdicts))} if training.verdicts else {}
+        judged = tuple(training.verdicts)
         if training.denials and mode == "deny":
-            return AdmissionResponse(
+            denied = AdmissionResponse(
                 uid=request.uid,
                 allowed=False,
                 code=403,
@@ -177,20 +192,23 @@ def decide(
                 warnings=warned,
                 audit_annotations=audit,
             )
-        return AdmissionResponse(request.uid, True, warnings=warned, audit_annotations=audit)
+            return denied, judged
+        return AdmissionResponse(
+            request.uid, True, warnings=warned, audit_annotations=audit
+        ), judged
     reading = read_workloads(obj)
     if isinstance(reading, ReadProblem):
-        return allowed
+        return allowed, ()
     # Problems arise only in engine containers or GPU resources, so they are worth a warning.
     if not reading.requests_gpus and not reading.problems:
-        return allowed
+        return allowed, ()
     warnings: list[str] = [mode_warning] if mode_warning else []
     denials: list[str] = []
     verdicts: list[str] = []
     try:
         _, plans, problems = plans_for_object(obj, Overrides())
     except WorkloadUnreadable as exc:  # pragma: no cover - read_workloads succeeded above
-        return AdmissionResponse(request.uid, True, warnings=(f"{PREFIX}{exc.detail}",))
+        return AdmissionResponse(request.uid, True, warnings=(f"{PREFIX}{exc.detail}",)), ()
     warnings += [f"{PREFIX}not checked: {p.message()}" for p in problems]
     for workload, plan in plans:
         if workload.gpus is None:
@@ -214,8 +232,10 @@ def decide(
         if warning is not None:
             warnings.append(warning)
     audit = {"verdict": ",".join(dict.fromkeys(verdicts))} if verdicts else {}
+    # Containers that could not be read at all were not checked either (their warning says why).
+    verdicts += ["unknown"] * len(problems)
     if denials and mode == "deny":
-        return AdmissionResponse(
+        denied = AdmissionResponse(
             uid=request.uid,
             allowed=False,
             code=403,
@@ -224,9 +244,19 @@ def decide(
             warnings=tuple(warnings),
             audit_annotations=audit,
         )
-    return AdmissionResponse(
+        return denied, tuple(verdicts)
+    answer = AdmissionResponse(
         uid=request.uid, allowed=True, warnings=tuple(warnings), audit_annotations=audit
     )
+    return answer, tuple(verdicts)
+
+
+def _decision(response: AdmissionResponse, verdicts: tuple[str, ...]) -> str:
+    if not response.allowed:
+        return "denied"
+    if not verdicts and not response.warnings:
+        return "skipped"
+    return "warned" if response.warnings else "allowed"
 
 
 def review(body: object, default: Mode, catalogs: Catalogs, metrics: Metrics) -> dict[str, Any]:
@@ -238,11 +268,15 @@ def review(body: object, default: Mode, catalogs: Catalogs, metrics: Metrics) ->
             allowed=True,
             warnings=(f"{PREFIX}the review could not be read: {request.message()}",),
         )
+        metrics.observe_admission(default, "unreadable")
         return admission_review(response)
     try:
-        return admission_review(decide(request, default, catalogs, metrics))
+        answer, verdicts = decide(request, default, catalogs, metrics)
     except Exception as exc:
         # Admission must never fail because of the estimator: logged, allowed, warned.
         logger.exception("admission review %s could not be checked", request.uid)
         message = f"{PREFIX}not checked: {type(exc).__name__}: {str(exc)[:160]}"
+        metrics.observe_admission(default, "failed")
         return admission_review(AdmissionResponse(request.uid, True, warnings=(message,)))
+    metrics.observe_admission(default, _decision(answer, verdicts), verdicts)
+    return admission_review(answer)

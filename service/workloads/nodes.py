@@ -21,6 +21,11 @@ labels", "MIG 'single' strategy", "MIG 'mixed' strategy"), the device plugin's R
   ``nvidia.com/mig-<profile>.count``, ``.memory``, ``.product``, ``.replicas`` and the slice
   labels (``mig-strategy.go``), while ``nvidia.com/gpu.*`` describe the parent GPUs.
 
+A node without GPU Feature Discovery's product label is read from its provider's labels
+(GKE's ``cloud.google.com/gke-accelerator``, ``node.kubernetes.io/instance-type``, Karpenter's
+``karpenter.k8s.aws/instance-gpu-name``; :mod:`.cloud_gpus`), as the product GPU Feature
+Discovery would have written.
+
 Sharing (device plugin README, "Shared Access to GPUs"): time-slicing does nothing to isolate
 the workloads given replicas of one GPU; each sees all of its memory and all share it, so a
 pod's memory is not reserved for it. MPS limits each client to an equal fraction of the
@@ -34,6 +39,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from service.workloads.cloud_gpus import node_product
 from service.workloads.gpus import mig_profile_nvml_name
 from service.workloads.sources import ReadProblem, Sourced
 
@@ -213,6 +219,12 @@ def read_node(node: object) -> NodeGpus | ReadProblem:
 
     product_value = labels.get(f"{_PREFIX}gpu.product")
     product = Sourced(product_value, f'{where}["{_PREFIX}gpu.product"]') if product_value else None
+    if product is None:
+        # No GPU Feature Discovery: the provider's own labels (GKE, instance type, Karpenter).
+        found = node_product(labels, where)
+        if found is not None:
+            product_value = found[0]
+            product = Sourced(found[0], found[1])
     parent, profile, invalid, shared = _split_product(product_value or "")
 
     strategy_label = labels.get(f"{_PREFIX}mig.strategy")

@@ -153,16 +153,26 @@ _K8S_REF = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
 
 
 def container_env(
-    container: Mapping[str, object], path: str
+    container: Mapping[str, object],
+    path: str,
+    injected: Mapping[str, Sourced[str]] | None = None,
 ) -> tuple[dict[str, Sourced[str]], list[str]]:
     """The container's ``env`` values (earlier entries expand into later ones), and notes on
-    the variables whose values live elsewhere (``valueFrom``, ``envFrom``)."""
-    env: dict[str, Sourced[str]] = {}
+    the variables whose values live elsewhere (``valueFrom``, ``envFrom``).
+
+    ``injected`` are the variables the controller puts first in every container's ``env``,
+    replacing the container's own entries of the same name (LeaderWorkerSet's
+    ``AddLWSVariables``, kubernetes-sigs/lws ``pkg/utils/pod/pod_utils.go``; AIBrix's
+    ``injectContainerEnvVars`` and PodSet built-ins)."""
+    env: dict[str, Sourced[str]] = dict(injected or {})
     notes: list[str] = []
     for index, entry in enumerate(as_list(container.get("env"))):
         item = as_map(entry)
         name = as_text(item.get("name"))
         if name is None:
+            continue
+        if injected and name in injected:
+            notes.append(f"env {name} at {path}.env[{index}] is replaced by the controller's")
             continue
         value = as_text(item.get("value"))
         if value is not None:
@@ -223,6 +233,9 @@ class PodTemplate:
     pods_per_group: Sourced[int]
     other_pods_gpus: int = 0
     """GPUs of the group's other pods (LWS workers, KServe multi-node workers)."""
+    injected_env: Mapping[str, Sourced[str]] = field(default_factory=dict)
+    """Variables the controller sets in every container of the pod (``LWS_GROUP_SIZE``, ...),
+    with the values the object gives them."""
 
 
 @dataclass
@@ -333,7 +346,7 @@ def read_pod(out: Collector, pod: PodTemplate) -> None:
         path = f"{pod.path}.containers[{index}]"
         name = as_text(container.get("name"))
         gpus, gpu_notes = first_gpu(container.get("resources"), f"{path}.resources", out.problems)
-        env, env_notes = container_env(container, path)
+        env, env_notes = container_env(container, path, pod.injected_env)
         command_words = container_words(container, path, "command", env)
         arg_words = container_words(container, path, "args", env)
         try:

@@ -157,14 +157,16 @@ EXTENDER_DOC = {
     "/v1/extender/filter",
     response_model=ExtenderFilterResultOut,
     summary="kube-scheduler extender filter: nodes whose GPU is too small for the pod's model "
-    "are FailedAndUnresolvableNodes",
+    "are FailedAndUnresolvableNodes; a pod it cannot judge is named in Error",
     responses=problem_responses(400, 413, 422),
     openapi_extra=EXTENDER_DOC,
 )
 async def extender_filter(request: Request) -> Response:
     body = await _json_body(request)
     args = extender.read_args(body)
-    result = await run_cpu_bound(request, extender.filter_nodes, args, _catalogs(request))
+    result = await run_cpu_bound(
+        request, extender.filter_nodes, args, _catalogs(request), request.app.state.metrics
+    )
     return _json(filter_result_json(result))
 
 
@@ -172,12 +174,14 @@ async def extender_filter(request: Request) -> Response:
     "/v1/extender/prioritize",
     response_model=list[HostPriorityOut],
     summary="kube-scheduler extender prioritize: scores 0-10, the node that fits with the "
-    "least memory left idle first",
+    "least memory left idle first; a pod it cannot judge is a 422 (no score)",
     responses=problem_responses(400, 413, 422),
     openapi_extra=EXTENDER_DOC,
 )
 async def extender_prioritize(request: Request) -> Response:
     body = await _json_body(request)
     args = extender.read_args(body)
-    scores = await run_cpu_bound(request, extender.prioritize_nodes, args, _catalogs(request))
+    scores = await run_cpu_bound(
+        request, extender.prioritize_nodes, args, _catalogs(request), request.app.state.metrics
+    )
     return _json(host_priority_list_json(scores))
