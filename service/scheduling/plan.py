@@ -188,6 +188,19 @@ def _mapped(name: str, value: OptionValue) -> tuple[OptionValue | None, str]:
     return value, ""
 
 
+def _number_text(value: Any) -> Any:
+    """A JSON string that spells a number as the number (vLLM's pydantic configs coerce
+    ``"num_redundant_experts": "32"``)."""
+    if not isinstance(value, str):
+        return value
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            continue
+    return value
+
+
 def _json_targets(option: Option, text: str) -> list[tuple[str, OptionValue]]:
     """What a JSON-valued flag sets: each declared key found, scaled, to its target."""
     obj = json.loads(text)
@@ -198,6 +211,7 @@ def _json_targets(option: Option, text: str) -> list[tuple[str, OptionValue]]:
             value = value.get(key) if isinstance(value, dict) else None
         if value is None or isinstance(value, dict | list):
             continue
+        value = _number_text(value)
         if factor != 1 and isinstance(value, int | float) and not isinstance(value, bool):
             value = int(value * factor)
         out.append((target, value))

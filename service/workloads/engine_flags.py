@@ -228,6 +228,8 @@ class FlagSpec:
     default: OptionValue | None = None
     """The engine's command-line default where it is a constant; None where the engine
     resolves it at start-up (from the model, the GPU or other options)."""
+    env: str | None = None
+    """The environment variable the engine also reads the option from (a flag wins)."""
 
     def parse(self, text: str) -> OptionValue:
         """The value of ``--flag text``; raises `ValueSyntaxError` saying what is wrong."""
@@ -299,6 +301,8 @@ class EngineFlags:
     switches: frozenset[str] = field(default_factory=frozenset)
     underscores_as_dashes: bool = False
     """vLLM's parser reads ``--max_model_len`` as ``--max-model-len``; SGLang's does not."""
+    empty_means_unset: bool = False
+    """vLLM reads an empty value of an optional option as None (``optional_type``)."""
     env_options: tuple[EnvOption, ...] = ()
     """Variables that change how the engine judges its options (all default to false)."""
 
@@ -378,6 +382,7 @@ def _spec(option: Option, bool_flags: FlagKind) -> FlagSpec:
         maximum=option.high if numeric else None,
         choices=tuple(str(c) for c in option.choices) if kind == "str" else (),
         default=option.default,
+        env=option.env,
     )
 
 
@@ -385,7 +390,7 @@ def _derived(engine: str) -> tuple[FlagSpec, ...]:
     """Every declared option of ``engine`` that has a flag, as the reader's specs."""
     declared = REGISTRY[engine]
     bool_flags: FlagKind = declared.bool_flags
-    return tuple(_spec(o, bool_flags) for o in declared.declared if o.spellings)
+    return tuple(_spec(o, bool_flags) for o in declared.declared if o.spellings or o.env)
 
 
 VLLM_FLAGS = EngineFlags(
@@ -397,6 +402,7 @@ VLLM_FLAGS = EngineFlags(
         "data": "data_parallel_size",
     },
     underscores_as_dashes=True,
+    empty_means_unset=True,
     # vllm/envs.py: a max_model_len above the model's derived maximum is refused unless
     # VLLM_ALLOW_LONG_MAX_MODEL_LEN is "1" or "true".
     env_options=(

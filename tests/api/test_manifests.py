@@ -55,17 +55,7 @@ def _documented() -> list[Any]:
     for entry in SOURCES:
         if not entry["documented_gpu"]:
             continue
-        marks = []
-        if entry["file"] == "llm-d-wide-ep-decode.yaml":
-            marks.append(
-                pytest.mark.xfail(
-                    strict=True,
-                    reason="the plan judges each of the 16 DP ranks holding every expert "
-                    "(627 GiB of weights per GPU on H200) although --enable-expert-parallel is "
-                    "given, and `--kv-cache-memory-bytes=` empty is refused by the flag table "
-                    "(vLLM reads it as unset); both belong to the plan and engine-flag owners",
-                )
-            )
+        marks: list[Any] = []
         for doc in workload_documents(entry["file"]):
             cases.append(pytest.param(entry, doc, id=entry["file"], marks=marks))
     return cases

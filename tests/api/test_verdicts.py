@@ -326,6 +326,7 @@ def _valid_value(name: str) -> Any:
         "swap_space": 2.0,
         "kv_offloading_size": 8.0,
         "kv_offloading_backend": "lmcache",
+        "moe_dp_chunk_size": 512,
         "kv_connector": "NixlConnector",
         "kv_role": "kv_producer",
         "kv_buffer_device": "cpu",

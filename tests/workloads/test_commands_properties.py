@@ -84,7 +84,7 @@ def _unknown(draw: st.DrawFn) -> list[str]:
 @st.composite
 def _argv(draw: st.DrawFn, engine: Engine) -> tuple[list[str], dict[str, OptionValue], list[str]]:
     table = ENGINE_FLAGS[engine]
-    modelled = [s for s in table.flags if s.option != table.model_option]
+    modelled = [s for s in table.flags if s.option != table.model_option and s.spellings]
     chosen = draw(st.lists(st.sampled_from(modelled), unique_by=lambda s: s.option, max_size=12))
     groups: list[list[str]] = []
     expected: dict[str, OptionValue] = {}

@@ -57,10 +57,13 @@ def _values(work: ServingWorkload) -> dict[str, object]:
 
 def test_llm_d_wide_ep_decode_reads_the_lws_group_arithmetic() -> None:
     reading = _read("llm-d-wide-ep-decode.yaml")
-    # vLLM reads `--kv-cache-memory-bytes=` (KV_CACHE_MEMORY_BYTES unset) as "not set"; the
-    # flag table refuses the empty value (reported to the engine-flags owner). Everything else
-    # of the container is read: the problem names that flag only.
-    assert [p.detail.split(":")[0] for p in reading.problems] == ["--kv-cache-memory-bytes"]
+    # vLLM reads `--kv-cache-memory-bytes=` (KV_CACHE_MEMORY_BYTES unset) as "not set"
+    # (EngineArgs' optional_type): no problem, no value, a note that says so.
+    assert not reading.problems, reading.problems
+    work = _one(reading)
+    assert "kv_cache_memory_bytes" not in work.options
+    assert any("--kv-cache-memory-bytes is empty" in n for n in work.command.notes)
+    assert _values(work)["data_parallel_size"] == 16
 
 
 def test_llm_d_wide_ep_decode_with_its_kv_size_set_is_dp_16_over_the_group() -> None:

@@ -143,6 +143,8 @@ class Option:
     # A JSON-valued flag: (path in the object, what it sets, factor) for each key the estimate
     # reads; the target is an engine option, ``speculative.<key>``, or a request field.
     json_keys: tuple[tuple[tuple[str, ...], str, float], ...] = ()
+    # The environment variable the engine also reads it from (a flag given wins).
+    env: str | None = None
 
     @property
     def spellings(self) -> tuple[str, ...]:

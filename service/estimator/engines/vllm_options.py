@@ -284,6 +284,17 @@ OPTIONS: tuple[Option, ...] = (
         default="allgather_reducescatter",
         choices=ALL2ALL_BACKENDS,
         flag="--all2all-backend",
+        env="VLLM_ALL2ALL_BACKEND",
+    ),
+    Option(
+        "moe_dp_chunk_size",
+        int,
+        "vLLM: tokens per rank DeepEP's low-latency buffers are sized for "
+        "(VLLM_MOE_DP_CHUNK_SIZE, 256).",
+        default=256,
+        low=1,
+        high=1 << 20,
+        env="VLLM_MOE_DP_CHUNK_SIZE",
     ),
     Option(
         "enable_eplb",

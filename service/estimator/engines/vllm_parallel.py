@@ -90,7 +90,12 @@ def deepep_low_latency_bytes(tokens_per_rank: int, hidden: int, num_experts: int
 
 
 def _all_to_all(
-    backend: str, arch: Architecture, ep: int, experts: int, gpu: GpuSpec | None
+    backend: str,
+    arch: Architecture,
+    ep: int,
+    experts: int,
+    gpu: GpuSpec | None,
+    chunk: int = MOE_DP_CHUNK_TOKENS,
 ) -> tuple[int, str]:
     """(buffer bytes per GPU, note) of the dispatch backend of an expert-parallel group."""
     node = gpu.gpus_per_node if gpu is not None else DEFAULT_GPUS_PER_NODE
@@ -102,12 +107,11 @@ def _all_to_all(
             "GiB per GPU"
         )
     if backend == "deepep_low_latency":
-        rdma = deepep_low_latency_bytes(MOE_DP_CHUNK_TOKENS, arch.hidden_size, experts)
+        rdma = deepep_low_latency_bytes(chunk, arch.hidden_size, experts)
         total = DEEPEP_BUFFER_BYTES + rdma
         return total, (
             f"DeepEP low-latency buffers {total / GIB:.2f} GiB per GPU (1 GiB NVLink + "
-            f"{rdma / GIB:.2f} GiB RDMA for {MOE_DP_CHUNK_TOKENS} tokens per rank × {experts} "
-            "experts)"
+            f"{rdma / GIB:.2f} GiB RDMA for {chunk} tokens per rank × {experts} experts)"
         )
     return 0, ""
 
@@ -168,7 +172,8 @@ def vllm_data_parallel(
             notes=(*notes, f"MoE layers split every expert over TP × DP = {group} GPUs"),
         )
     backend = str(s.get("all2all_backend") or "allgather_reducescatter")
-    buffers, note = _all_to_all(backend, arch, group, moe.num_experts + redundant, gpu)
+    chunk = int(s.get("moe_dp_chunk_size") or MOE_DP_CHUNK_TOKENS)
+    buffers, note = _all_to_all(backend, arch, group, moe.num_experts + redundant, gpu, chunk)
     if note:
         notes.append(note)
     unpriced: tuple[str, ...] = ()
