@@ -47,6 +47,7 @@ def inference_request(
         data_parallel_size=body.data_parallel_size,
         expert_parallel=body.expert_parallel,
         speculative=speculative,
+        host_memory_bytes=body.host_memory_bytes,
         attention=body.attention,
     )
 

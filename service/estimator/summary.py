@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from service.estimator.parallel import Layout
-from service.estimator.result import REASON_TEXT, Estimate, Fit
+from service.estimator.result import REASON_TEXT, Estimate, Fit, FitReason
 
 COMPONENT_LABELS = {
     "weights": "weights",
@@ -42,6 +42,8 @@ def summarize(model_name: str, estimate: Estimate, fit: Fit | None, gpu_name: st
     if fit.fits:
         return f"{head}; fits {on}, {gb(fit.headroom_bytes)} GB free"
     verdict = f"does not fit {on}: {REASON_TEXT[fit.reason]}"
+    if fit.reason is FitReason.HOST_MEMORY_EXCEEDED:
+        return f"{head}; {verdict}"
     if fit.min_gpu_count is not None:
         verdict += f"; fits on {fit.min_gpu_count}{_as(fit.min_gpu_layout)}"
     else:

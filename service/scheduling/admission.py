@@ -99,6 +99,8 @@ def _shorter_context(check: Check) -> str | None:
     fit = check.estimate.fit if check.estimate is not None else None
     if fit is None or not fit.max_sequence_length:
         return None
+    if fit.reason not in ("kv_pool_below_one_sequence", "workload_exceeds_memory"):
+        return None  # a shorter context changes nothing else
     engine = get_engine(check.plan.engine.value)
     option = engine.option_table().get(engine.context_option or "")
     if option is None or option.flag is None:

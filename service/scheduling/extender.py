@@ -73,6 +73,7 @@ from service.application.resolve import ad_hoc_gpu, resolve_gpu
 from service.catalog.gpu_record import MIB
 from service.estimator.errors import EstimatorError, InvalidRequest
 from service.estimator.gpu import GpuSpec
+from service.estimator.result import FitReason
 from service.scheduling.check import GpuVerdict, Prepared, prepare, verdict_on
 from service.scheduling.plan import plan_workload
 from service.scheduling.preflight import image_at
@@ -283,7 +284,10 @@ _Verdicts = list[tuple[GpuVerdict, NodeGpu]]
 
 
 def _judge_node(
-    pod: _Pod, node: object, catalogs: Catalogs, cache: dict[tuple[int, GpuSpec], GpuVerdict]
+    pod: _Pod,
+    node: object,
+    catalogs: Catalogs,
+    cache: dict[tuple[int, GpuSpec, int | None], GpuVerdict],
 ) -> tuple[_Verdicts, str | None]:
     """Verdicts of each container on this node, or a reason it cannot be judged."""
     gpus = read_node(node)
@@ -294,9 +298,14 @@ def _judge_node(
         found = node_gpu(gpus, container.request, catalogs)
         if found is None:
             return [], "its labels do not say which GPU the pod would get"
-        key = (index, found.spec)
+        prepared = container.prepared
+        if prepared.request.host_memory_bytes is None and gpus.memory_bytes is not None:
+            # No memory limit on the pod: the node's allocatable memory bounds it.
+            request = dataclasses.replace(prepared.request, host_memory_bytes=gpus.memory_bytes)
+            prepared = dataclasses.replace(prepared, request=request)
+        key = (index, found.spec, prepared.request.host_memory_bytes)
         if key not in cache:
-            cache[key] = verdict_on(container.prepared, found.label, found.spec)
+            cache[key] = verdict_on(prepared, found.label, found.spec)
         out.append((cache[key], found))
     return out, None
 
@@ -304,6 +313,8 @@ def _judge_node(
 def _reason(verdict: GpuVerdict, label: str) -> str:
     why = verdict.reason.value if verdict.reason is not None else "not runnable"
     detail = f": {verdict.detail}" if verdict.detail else ""
+    if verdict.reason is FitReason.HOST_MEMORY_EXCEEDED:
+        return f"host memory too small for this deployment on {label}: {why}{detail}"
     return f"GPU too small for this model on {label}: {why}{detail}"
 
 
@@ -414,7 +425,7 @@ def _filter(args: ExtenderArgs, catalogs: Catalogs) -> _Filtered:
     failed: dict[str, str] = {}
     verdicts_out: list[bool | None] = []
     unjudged: list[str] = []
-    cache: dict[tuple[int, GpuSpec], GpuVerdict] = {}
+    cache: dict[tuple[int, GpuSpec, int | None], GpuVerdict] = {}
     for node in args.nodes:
         name = node_name(node) or "?"
         verdicts, why_not = _judge_node(pod, node, catalogs, cache)
@@ -529,7 +540,7 @@ def _prioritize(
         score = _tightness(flat, time_sliced=False) if fits else 0
         names = args.node_names or ()
         return tuple(HostPriority(n, score) for n in names), [fits] * len(names), True
-    cache: dict[tuple[int, GpuSpec], GpuVerdict] = {}
+    cache: dict[tuple[int, GpuSpec, int | None], GpuVerdict] = {}
     out: list[HostPriority] = []
     verdicts_out: list[bool | None] = []
     for node in args.nodes:

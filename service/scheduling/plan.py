@@ -424,6 +424,13 @@ def plan_command(
             )
     if workload is not None:
         notes += workload.notes
+        limit = workload.memory_limit
+        if limit is not None:
+            pods = max(1, workload.pods_per_group.value)
+            body["host_memory_bytes"] = limit.value * pods
+            sources["host_memory_bytes"] = (
+                limit.source if pods == 1 else f"{limit.source} × {pods} pods of the group"
+            )
     return (
         Plan(
             engine=Sourced(engine, command.entrypoint_source),

@@ -358,6 +358,14 @@ class InferenceRequestBody(ModelSelector):
         description="Speculative decoding (vLLM --speculative-config, SGLang "
         "--speculative-algorithm): the drafter's weights and its KV per token are added.",
     )
+    host_memory_bytes: int | None = Field(
+        None,
+        ge=MIN_GPU_MEMORY,
+        le=MAX_GPU_MEMORY,
+        description="Host memory the engine's processes may use for all the GPUs judged (a "
+        "pod's `resources.limits.memory`): what the engine holds there (offloaded weights, "
+        "adapter and KV caches, swap) past it is `host_memory_exceeded`.",
+    )
     expert_parallel: bool = Field(
         False,
         description="Expert parallelism (vLLM's --enable-expert-parallel): the routed experts "
@@ -787,7 +795,12 @@ class EstimateResponse(ResponseModel):
     capacity: CapacityOut | None = Field(
         None, description="Serving engines with a KV pool (vLLM, SGLang), with a `gpu`."
     )
-    cpu_bytes: int = Field(0, description="Host memory needed (CPU offload), in bytes.")
+    cpu_bytes: int = Field(
+        0,
+        description="Host memory the engine holds for all the GPUs of the estimate, in bytes: "
+        "offloaded weights, adapter caches, swap space, KV offload, connector buffers "
+        "(llama.cpp: its CPU buffers). The processes' own baseline is not included.",
+    )
     details: InferenceDetails | FinetuneDetails = Field(
         default_factory=InferenceDetails,
         description="Facts behind the figures (which formats, dtypes and phases).",

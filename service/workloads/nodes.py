@@ -41,6 +41,7 @@ from typing import Literal
 
 from service.workloads.cloud_gpus import node_product
 from service.workloads.gpus import mig_profile_nvml_name
+from service.workloads.quantities import memory_bytes
 from service.workloads.sources import ReadProblem, Sourced
 
 __all__ = ["MigDevices", "NodeGpus", "Sharing", "read_node"]
@@ -112,6 +113,8 @@ class NodeGpus:
     sharing: Sharing
     allocatable: Mapping[str, int] = field(default_factory=dict)
     """GPU resources the scheduler can hand out (``status.allocatable``)."""
+    memory_bytes: int | None = None
+    """Host memory the scheduler can hand out (``status.allocatable.memory``)."""
     driver_version: str | None = None
     labels_source: str = "metadata.labels"
 
@@ -201,12 +204,16 @@ def read_node(node: object) -> NodeGpus | ReadProblem:
         return ReadProblem("node", "expected a Node object or a mapping of labels")
     name: str | None = None
     allocatable: dict[str, int] = {}
+    host_memory: int | None = None
     if node.get("kind") == "Node" or "metadata" in node or "status" in node:
         metadata = node.get("metadata")
         metadata = metadata if isinstance(metadata, Mapping) else {}
         raw_labels = metadata.get("labels")
         name = metadata.get("name") if isinstance(metadata.get("name"), str) else None
         allocatable = _allocatable(node.get("status"))
+        status = node.get("status")
+        if isinstance(status, Mapping) and isinstance(status.get("allocatable"), Mapping):
+            host_memory = memory_bytes(status["allocatable"].get("memory"))
         where = "metadata.labels"
     else:
         raw_labels = node
@@ -300,6 +307,7 @@ def read_node(node: object) -> NodeGpus | ReadProblem:
         mig_devices=tuple(devices),
         sharing=_sharing(labels, f"{_PREFIX}gpu", where, shared),
         allocatable=allocatable,
+        memory_bytes=host_memory,
         driver_version=driver,
         labels_source=where,
     )

@@ -23,6 +23,7 @@ from service.workloads.engine_flags import Engine, OptionValue
 from service.workloads.gpus import GpuRequest, ProductSelector, gpu_requests
 from service.workloads.gpus import product_selector as read_product_selector
 from service.workloads.models import ModelRef
+from service.workloads.quantities import memory_bytes
 from service.workloads.sources import ReadProblem, Sourced, Token, WorkloadError
 
 __all__ = [
@@ -79,6 +80,8 @@ class ServingWorkload:
     annotations: Mapping[str, str] = field(default_factory=dict)
     """The object's own ``metadata`` labels and annotations (e.g. a webhook mode)."""
     notes: tuple[str, ...] = ()
+    memory_limit: Sourced[int] | None = None
+    """The container's ``resources.limits.memory`` in bytes: past it the kubelet kills it."""
 
     @property
     def options(self) -> Mapping[str, Sourced[OptionValue]]:
@@ -273,6 +276,7 @@ class Collector:
         model: ModelRef | None = None,
         product: ProductSelector | None = None,
         notes: Sequence[str] = (),
+        memory_limit: Sourced[int] | None = None,
     ) -> None:
         per_pod = gpus.count if gpus is not None else 0
         group = per_pod + pod.other_pods_gpus
@@ -307,6 +311,7 @@ class Collector:
                 else read_product_selector(pod.spec, pod.path),
                 labels=self.labels,
                 annotations=self.annotations,
+                memory_limit=memory_limit,
                 notes=tuple(notes) + command.notes,
             )
         )
@@ -386,7 +391,16 @@ def read_pod(out: Collector, pod: PodTemplate) -> None:
             engine_source=engine_source,
             gpus=gpus,
             notes=notes,
+            memory_limit=container_memory_limit(container, path),
         )
+
+
+def container_memory_limit(container: Mapping[str, object], path: str) -> Sourced[int] | None:
+    """A container's ``resources.limits.memory`` in bytes (None: no limit, or not a
+    quantity)."""
+    raw = as_map(as_map(container.get("resources")).get("limits")).get("memory")
+    found = memory_bytes(raw)
+    return None if found is None else Sourced(found, f"{path}.resources.limits.memory")
 
 
 def subtree(obj: Mapping[str, object], path: str) -> Mapping[str, object] | None:

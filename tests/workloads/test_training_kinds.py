@@ -10,7 +10,8 @@ import pytest
 from kubernetes import client as k8s
 
 from service.workloads.kubernetes import read_workloads
-from service.workloads.training.kinds import TrainingReading, memory_bytes
+from service.workloads.quantities import memory_bytes
+from service.workloads.training.kinds import TrainingReading
 from service.workloads.training.objects import read_training
 from tests.workloads.objects import container, pod_spec
 

@@ -172,7 +172,7 @@ def estimate_inference(req: InferenceRequest) -> Estimate:
         gpu_count=setup.tp * setup.pp * setup.dp,
         assumptions=tuple(dict.fromkeys(assumptions)),
         capacity=capacity,
-        cpu_bytes=setup.host_bytes + sum(setup.host_per_gpu) * setup.tp * setup.dp,
+        cpu_bytes=setup.host_total,
         details=MappingProxyType(details),
     )
 

@@ -51,6 +51,8 @@ class InferenceRequest:
     expert_parallel: bool = False
     # Speculative decoding: the method and the drafter (None: none).
     speculative: Speculative | None = None
+    # Host memory the engine's processes may use (a pod's limits.memory; None: not limited).
+    host_memory_bytes: int | None = None
     attention: str = "flash"
     gpu_memory_bytes: int | None = None
     gpu: GpuSpec | None = None

@@ -80,6 +80,11 @@ class ServingSetup:
     unpriced: tuple[str, ...] = ()
 
     @property
+    def host_total(self) -> int:
+        """Host memory of all the engine's processes, every GPU of every data-parallel rank."""
+        return self.host_bytes + sum(self.host_per_gpu) * self.tp * self.dp
+
+    @property
     def budget_fraction(self) -> float:
         return self.engine.budget_fraction(self.settings)
 

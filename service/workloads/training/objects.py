@@ -21,6 +21,7 @@ from service.workloads.pods import (
     as_map,
     as_text,
     container_env,
+    container_memory_limit,
     container_words,
     string_map,
 )
@@ -33,7 +34,6 @@ from service.workloads.training.kinds import (
     PodSet,
     TrainingReading,
     TrainingWorkload,
-    memory_bytes,
     trainjob_model,
     trainjob_pods,
 )
@@ -90,13 +90,6 @@ def _mounted(
             path = posixpath.join(target, relative)
             files[path] = (data[key], f"ConfigMap {name} key {key} at {path}")
     return files
-
-
-def _memory_limit(container: Mapping[str, object], path: str) -> Sourced[int] | None:
-    limits = as_map(as_map(container.get("resources")).get("limits"))
-    raw = limits.get("memory")
-    found = memory_bytes(raw)
-    return None if found is None else Sourced(found, f"{path}.resources.limits.memory")
 
 
 def _with_nodes(command: TrainingCommand, nodes: Sourced[int], notes: list[str]) -> TrainingCommand:
@@ -243,7 +236,7 @@ def _read(obj: object, files: ConfigFiles) -> TrainingReading | ReadProblem | No
                 gpu_product=pod_set.selector
                 if pod_set.path == "spec.trainer"
                 else product_selector(pod_set.spec, pod_set.path),
-                memory_limit=_memory_limit(container, path),
+                memory_limit=container_memory_limit(container, path),
                 labels=labels,
                 annotations=annotations,
                 notes=tuple(dict.fromkeys(own_notes)),
@@ -329,7 +322,7 @@ def _rayjob(
             pods=pod_set.pods,
             nodes=nodes,
             gpu_product=product_selector(pod_set.spec, pod_set.path),
-            memory_limit=_memory_limit(container, path),
+            memory_limit=container_memory_limit(container, path),
             labels=labels,
             annotations=annotations,
             notes=(
