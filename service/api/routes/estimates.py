@@ -25,10 +25,12 @@ from service.api.problems import (
     validation_errors,
 )
 from service.api.response_cache import OBSERVATION_KEY
+from service.application.colocation import run_colocated
 from service.application.estimate_service import Catalogs, Observation, app_catalogs, run_estimate
 from service.application.metrics import Metrics
 from service.estimator.errors import EstimatorError, InvalidRequest
 from service.schemas.batch import BatchItem, BatchRequest, BatchResponse, BatchResult
+from service.schemas.colocation import ColocatedRequest, ColocatedResponse
 from service.schemas.estimates import (
     EstimateResponse,
     FinetuneRequestBody,
@@ -41,7 +43,7 @@ ERRORS = problem_responses(400, 404, 413, 422, 503)
 
 EstimateBody = InferenceRequestBody | FinetuneRequestBody
 #: The request bodies these routes parse themselves (documented in the OpenAPI components).
-BODY_MODELS = (InferenceRequestBody, FinetuneRequestBody, BatchRequest)
+BODY_MODELS = (InferenceRequestBody, FinetuneRequestBody, BatchRequest, ColocatedRequest)
 
 _BODIES: dict[str, type[EstimateBody]] = {
     "inference": InferenceRequestBody,
@@ -95,6 +97,28 @@ async def estimate_inference(request: Request) -> Response:
 )
 async def estimate_finetune(request: Request) -> Response:
     return await _single(FinetuneRequestBody, request)
+
+
+@router.post(
+    "/colocated",
+    response_model=ColocatedResponse,
+    summary="Several engines on one GPU (time-slicing or MPS): what each holds, and whether "
+    "they fit together",
+    responses=ERRORS,
+    openapi_extra=documented_body(ColocatedRequest),
+)
+async def estimate_colocated(request: Request) -> Response:
+    content = await run_on_body(request, _colocated, _catalogs(request), request.app.state.metrics)
+    return Response(content, media_type="application/json")
+
+
+def _colocated(raw: bytes, catalogs: Catalogs, metrics: Metrics) -> bytes:
+    """Parse, answer and serialize a shared-GPU request; runs on a pool thread."""
+    return (
+        run_colocated(parse_body(raw, ColocatedRequest), catalogs, metrics)
+        .model_dump_json()
+        .encode()
+    )
 
 
 @router.post(

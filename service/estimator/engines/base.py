@@ -338,6 +338,9 @@ class Engine:
     bool_flags: ClassVar[Literal["bool_optional", "switch"]] = "switch"
     # The option that scales the GPU's memory into the engine's budget (None: all of it).
     budget_option: ClassVar[str | None] = None
+    # The budget is a share of the memory free when the engine starts (SGLang), not of the
+    # device's total (vLLM): on a shared GPU it sees what the others left.
+    budget_reads_free_memory: ClassVar[bool] = False
     # Fused MoE and attention kernels: no eager score matrices, fused_moe's shared buffer.
     fused_kernels: ClassVar[bool] = False
     # The option holding the longest sequence the engine is configured for (None: none).

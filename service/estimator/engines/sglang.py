@@ -116,6 +116,7 @@ class SglangEngine(Engine):
     )
     declared: ClassVar[tuple[Option, ...]] = DECLARED
     budget_option: ClassVar[str | None] = "mem_fraction_static"
+    budget_reads_free_memory: ClassVar[bool] = True
     fused_kernels: ClassVar[bool] = True
     context_option: ClassVar[str | None] = "context_length"
     decides_instead: ClassVar[tuple[DecidedBy, ...]] = (
