@@ -37,6 +37,17 @@ from service.estimator.units import GIB, bytes_per_element, cdiv, normalize_dtyp
 
 __all__ = ["Placement", "WeightLayout", "resolve_format", "shard_shape", "weight_layout"]
 
+# Checkpoint projections vLLM and SGLang load into one parameter (their models'
+# ``packed_modules_mapping``: qkv_proj from q/k/v, gate_up_proj from gate/up): per-parameter
+# offloading moves such a parameter whole.
+_PACKED = {
+    "q_proj": "qkv_proj",
+    "k_proj": "qkv_proj",
+    "v_proj": "qkv_proj",
+    "gate_proj": "gate_up_proj",
+    "up_proj": "gate_up_proj",
+}
+
 
 @dataclass(frozen=True, slots=True)
 class Placement:
@@ -176,6 +187,8 @@ def weight_layout(
     # The parameters of each decoder layer on one TP rank, in module order (what per-parameter
     # offloading walks).
     layer_tensors: list[list[int]] = [[] for _ in range(arch.num_layers)]
+    packed_last: list[str | None] = [None] * arch.num_layers
+    packed_at = [0] * arch.num_layers
     by_component: dict[str, int] = {}
     quantized_params = 0
     emb_rows = _vocab_rows(arch.vocab_size, tp, placement.vocab_padding)
@@ -208,11 +221,23 @@ def weight_layout(
         else:
             w = int(fan_in * fan_out * bytes_per_element(m.dtype or dense_dtype))
         bias = int(fan_out * dense) if m.bias else 0
-        tensors = (w * instances, bias * instances) if bias else (w * instances,)
-        w = (w + bias) * instances
+        weight_t, bias_t = w * instances, bias * instances
+        w = weight_t + bias_t
+        packed = _PACKED.get(m.name)
         for i in m.layers:
             per_layer[i] += w
-            layer_tensors[i].extend(tensors)
+            tensors = layer_tensors[i]
+            if packed is not None and packed_last[i] == packed:
+                # Another part of the same engine parameter (q/k/v, gate/up): one tensor,
+                # and its bias one more.
+                tensors[packed_at[i]] += weight_t
+                if bias_t:
+                    tensors[packed_at[i] + 1] += bias_t
+                continue
+            packed_last[i], packed_at[i] = packed, len(tensors)
+            tensors.append(weight_t)
+            if bias_t:
+                tensors.append(bias_t)
         by_component[m.component] = by_component.get(m.component, 0) + w * len(m.layers)
     emb_bytes = 0
     final_norm = 0

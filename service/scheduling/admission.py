@@ -108,6 +108,15 @@ def _shorter_context(check: Check) -> str | None:
     return f"{option.flag} {fit.max_sequence_length}"
 
 
+def _unpriced_options(check: Check) -> str | None:
+    """The options read that could change the memory but are not priced (a verdict resting
+    on them is a warning, never a denial), or None."""
+    names = [o.name for o in check.plan.options if not o.priced and o.affects_memory]
+    if not names:
+        return None
+    return f"{', '.join(names[:4])} read but not priced"
+
+
 def _guessed_model(check: Check) -> str | None:
     """Why a verdict rests on a guess of the model (the alias rules read its name), or None."""
     resolution = check.estimate.model.resolution if check.estimate is not None else None
@@ -224,9 +233,10 @@ def decide(
             continue
         verdicts.append(check.verdict)
         denial, warning = _judge(check, who)
-        guess = _guessed_model(check)
+        # Never denied on a guess: a model read from its name by the alias rules, or options
+        # that change the memory and are not priced.
+        guess = _guessed_model(check) or _unpriced_options(check)
         if denial is not None and guess is not None:
-            # The model was read from its name by the alias rules: never denied on a guess.
             warnings.append(f"{PREFIX}{who}: not denied: {guess}")
             denial = None
         if denial is not None:

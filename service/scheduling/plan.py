@@ -96,6 +96,9 @@ class OptionReading:
     source: str
     priced: bool
     note: str = ""
+    # False for an option the engine declares without memory effect (``inert``): not
+    # priced, and nothing to price.
+    affects_memory: bool = True
 
     def as_json(self) -> dict[str, Any]:
         value = list(self.value) if isinstance(self.value, tuple) else self.value
@@ -252,7 +255,9 @@ def _read_option(
         note = _ENV_NOTES.get(name, "not modelled by the estimator")
         return OptionReading(name, value, source, False, note)
     if option.role == "inert":
-        return OptionReading(name, value, source, False, option.note or "no memory effect")
+        return OptionReading(
+            name, value, source, False, option.note or "no memory effect", affects_memory=False
+        )
     if option.role == "unpriced":
         return OptionReading(name, value, source, False, option.note)
     if option.cli_kind == "json":

@@ -670,6 +670,13 @@ class InferenceDetails(TypedDict, total=False):
     outside_budget_bytes: Annotated[
         int, Field(description="Per GPU: held in the margin the engine's budget leaves.")
     ]
+    unpriced: Annotated[
+        str,
+        Field(
+            description="Features read but not priced ('; '-separated): each only adds "
+            "memory, so a fit may be optimistic."
+        ),
+    ]
 
 
 class FinetuneDetails(TypedDict, total=False):

@@ -159,6 +159,13 @@ def estimate_inference(req: InferenceRequest) -> Estimate:
             assumptions.extend(
                 line + " (outside the budget)" for line in setup.outside_budget.lines()
             )
+    if setup.unpriced:
+        # Each only adds memory: a "does not fit" stands, a "fits" may be optimistic.
+        details["unpriced"] = "; ".join(setup.unpriced)
+        assumptions.extend(
+            f"not priced: {item} (it only adds memory: a fit may be optimistic)"
+            for item in setup.unpriced
+        )
     if req.gpu_memory_bytes is not None:
         reported = setup.engine.capacity(setup, req.gpu_memory_bytes, seq_len)
         if reported is not None:
