@@ -61,6 +61,11 @@ def _as(layout: Layout | None) -> str:
     if layout.pipeline > 1:
         parts.append(f"PP {layout.pipeline}")
     text = " × ".join(parts) or "TP 1"
-    if layout.data > 1:
+    if layout.expert > 1:
+        # DP ranks whose MoE layers form one expert-parallel group: not independent copies.
+        if layout.data > 1:
+            text += f" × DP {layout.data}"
+        text += f", experts over EP {layout.expert}"
+    elif layout.data > 1:
         text += f", {layout.data} replicas"
     return f" as {text}"

@@ -3,7 +3,7 @@ offload with the pod's host memory, LoRA slots, a draft model, a fixed KV pool, 
 readers pricing each feature, and admission never denying on what it did not price.
 
 The expected figures are worked by hand from vLLM's code in
-tests/estimator/engines/test_vllm_production.py; here each is checked end to end."""
+tests/estimator/engines/test_production_features.py; here each is checked end to end."""
 
 from __future__ import annotations
 
@@ -56,6 +56,7 @@ def test_deepseek_v3_dp8_ep_holds_an_eighth_of_the_experts(client: TestClient) -
     assert layout["expert_parallel_size"] == 8
     assert answer["fit"]["fits"] is True
     assert any("data-parallel ranks" in line for line in answer["assumptions"])
+    assert "as TP 1 × DP 8, experts over EP 8" in answer["summary"]
 
 
 def test_deepseek_v3_at_its_full_context_needs_a_dispatch_backend_that_does_not_gather(
@@ -143,7 +144,7 @@ def test_a_draft_model_adds_its_weights_and_kv_per_token(client: TestClient) -> 
         speculative={"method": "draft_model", "model": "meta-llama/Llama-3.2-1B-Instruct"},
     )
     weights = drafted["per_gpu"]["breakdown"]["weights"] - target["per_gpu"]["breakdown"]["weights"]
-    assert weights == 618_008_576  # worked by hand in test_vllm_production.py
+    assert weights == 618_008_576  # worked by hand in test_production_features.py
     per_token = "kv_cache_bytes_per_token_per_gpu"
     assert drafted["details"][per_token] - target["details"][per_token] == 8192
 

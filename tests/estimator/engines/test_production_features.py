@@ -1,4 +1,4 @@
-"""What vLLM's production options allocate, each worked by hand from vLLM's own code (and
+"""What vLLM's and SGLang's production options allocate, each worked by hand from the engines' own
 DeepEP's), not read back from the estimator: expert parallelism, DeepEP's buffers, LoRA slots,
 CPU offload, a fixed KV pool, a draft model."""
 
@@ -171,3 +171,68 @@ def test_draft_model_adds_its_weights_and_kv_at_the_target_tp() -> None:
     per_token = "kv_cache_bytes_per_token_per_gpu"
     added = estimate_inference(with_draft).details[per_token]
     assert added - estimate_inference(target).details[per_token] == draft_kv
+
+
+def _sglang(model: str, **fields: Any) -> InferenceRequest:
+    options = {"context_length": 8192, **fields.pop("engine_options", {})}
+    return InferenceRequest(
+        architecture=catalog_architecture(model), engine="sglang", engine_options=options, **fields
+    )
+
+
+def test_sglang_lora_buffers_have_no_vocabulary_slots() -> None:
+    """SGLang's LoRAMemoryPool.init_buffers: max_loras_per_batch buffers of the largest rank
+    on the linear modules (A [slots, r × stacked, in], B [slots, out, r]); no embedding or
+    lm_head. Eight rank-64 buffers on Llama-3.1-8B at TP 1, bf16: 32 layers × the per-layer
+    elements of the vLLM test above."""
+    layer = (
+        3 * 64 * 4096 + 64 * 6144 + 64 * 4096 + 4096 * 64
+        + 2 * 64 * 4096 + 64 * 2 * 14336 + 64 * 14336 + 4096 * 64
+    )  # fmt: skip
+    plain = stage_figures(_sglang(LLAMA_8B_INSTRUCT))[0].weights
+    lora = _sglang(
+        LLAMA_8B_INSTRUCT,
+        engine_options={"enable_lora": True, "max_loras_per_batch": 8, "max_lora_rank": 64},
+    )
+    assert stage_figures(lora)[0].weights - plain == 32 * layer * 8 * 2
+
+
+def test_sglang_hicache_holds_its_ratio_of_the_pool_in_host_memory() -> None:
+    """HiCache's host pool (mem_cache/memory_pool_host.py): hicache_ratio × the device pool's
+    tokens at the same bytes per token; --hicache-size GB overrides the ratio."""
+    h100 = 85_029_615_043
+    base = _sglang(LLAMA_8B_INSTRUCT, gpu_memory_bytes=h100)
+    pool = estimate_inference(base).capacity.kv_cache_pool_bytes  # type: ignore[union-attr]
+    ratio = _sglang(
+        LLAMA_8B_INSTRUCT,
+        gpu_memory_bytes=h100,
+        engine_options={"enable_hierarchical_cache": True, "hicache_ratio": 2.0},
+    )
+    assert setup_for(ratio).host_per_gpu == (2 * pool,)
+    sized = _sglang(
+        LLAMA_8B_INSTRUCT,
+        gpu_memory_bytes=h100,
+        engine_options={"enable_hierarchical_cache": True, "hicache_size": 100},
+    )
+    assert setup_for(sized).host_per_gpu == (100 * 10**9,)
+
+
+def test_sglang_max_total_tokens_caps_the_pool() -> None:
+    h100 = 85_029_615_043
+    req = _sglang(
+        LLAMA_8B_INSTRUCT, gpu_memory_bytes=h100, engine_options={"max_total_tokens": 50_000}
+    )
+    assert estimate_inference(req).capacity.kv_cache_tokens == 50_000  # type: ignore[union-attr]
+
+
+def test_sglang_dp_attention_with_ep_keeps_an_eighth_of_the_experts() -> None:
+    """--tp 8 --dp 8 --enable-dp-attention --ep-size 8 (the estimate's TP 1 × DP 8): attention
+    a full copy per GPU, routed experts divided among 8 ranks (moe_ep_size 8, moe_tp_size 1)."""
+    per_expert = 3 * 7168 * 2048 + 3 * 16 * 56 * 4
+    one_gpu = stage_figures(_sglang(DEEPSEEK_V3))[0].weights
+    dp_attention = _sglang(
+        DEEPSEEK_V3,
+        data_parallel_size=8,
+        engine_options={"enable_dp_attention": True, "ep_size": 8},
+    )
+    assert one_gpu - stage_figures(dp_attention)[0].weights == 58 * 256 * per_expert * 7 // 8
