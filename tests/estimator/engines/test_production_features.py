@@ -1,6 +1,6 @@
-"""What vLLM's and SGLang's production options allocate, each worked by hand from the engines' own
-DeepEP's), not read back from the estimator: expert parallelism, DeepEP's buffers, LoRA slots,
-CPU offload, a fixed KV pool, a draft model."""
+"""What vLLM's and SGLang's production options allocate, each worked by hand from the
+engines' own code (and DeepEP's), not read back from the estimator: expert parallelism,
+DeepEP's buffers, LoRA slots, CPU offload, a fixed KV pool, a draft model, HiCache."""
 
 from __future__ import annotations
 
