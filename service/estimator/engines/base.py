@@ -25,10 +25,10 @@ from service.estimator.weights import Placement
 
 if TYPE_CHECKING:
     from service.estimator.checkpoint import CheckpointWeights
+    from service.estimator.engines.serving import ServingSetup, Stage
     from service.estimator.formats import WeightFormat
     from service.estimator.forward import ForwardCoefficients
     from service.estimator.gpu import GpuSpec
-    from service.estimator.inference.setup import ServingSetup, Stage
     from service.estimator.kv_cache import KvLayout
     from service.estimator.model import Architecture
     from service.estimator.result import Capacity

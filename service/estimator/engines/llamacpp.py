@@ -68,8 +68,8 @@ from service.estimator.units import GIB, MIB, cdiv
 
 if TYPE_CHECKING:
     from service.estimator.checkpoint import CheckpointWeights
+    from service.estimator.engines.serving import ServingSetup, Stage
     from service.estimator.gpu import GpuSpec
-    from service.estimator.inference.setup import ServingSetup, Stage
     from service.estimator.weights import WeightLayout
 
 __all__ = [

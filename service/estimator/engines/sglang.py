@@ -76,8 +76,8 @@ from service.estimator.result import Capacity
 from service.estimator.units import GIB, MIB, normalize_dtype
 
 if TYPE_CHECKING:
+    from service.estimator.engines.serving import ServingSetup, Stage
     from service.estimator.gpu import GpuSpec
-    from service.estimator.inference.setup import ServingSetup, Stage
     from service.estimator.weights import WeightLayout
 
 __all__ = ["SglangEngine", "SglangPool", "derived_context_length", "gpu_mib"]

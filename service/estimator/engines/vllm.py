@@ -89,8 +89,8 @@ from service.estimator.units import GIB, MIB, normalize_dtype
 from service.estimator.weights import Placement, WeightLayout
 
 if TYPE_CHECKING:
+    from service.estimator.engines.serving import ServingSetup, Stage
     from service.estimator.gpu import GpuSpec
-    from service.estimator.inference.setup import ServingSetup, Stage
 
 __all__ = ["MLA_WORKSPACE_BYTES", "VllmEngine"]
 

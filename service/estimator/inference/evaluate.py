@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from service.estimator.engines.serving import ServingSetup, Stage
 from service.estimator.errors import InvalidRequest
 from service.estimator.inference.request import (
     InferenceRequest,
@@ -22,7 +23,6 @@ from service.estimator.inference.request import (
     setup_for,
     validate_workload,
 )
-from service.estimator.inference.setup import ServingSetup, Stage
 from service.estimator.result import Estimate
 
 __all__ = [

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from service.estimator.engines import get_engine
+from service.estimator.engines.serving import ServingSetup
 from service.estimator.errors import InvalidRequest
 from service.estimator.gpu import DEFAULT_GPUS_PER_NODE
 from service.estimator.inference.evaluate import check_length, fits, max_sequences
@@ -29,7 +30,6 @@ from service.estimator.inference.request import (
     setup_for,
     validate_workload,
 )
-from service.estimator.inference.setup import ServingSetup
 from service.estimator.inference.verdict import Verdict, judge, runnable_tensor_parallel_sizes
 from service.estimator.memo import cached
 from service.estimator.parallel import (

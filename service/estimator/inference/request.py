@@ -10,9 +10,10 @@ from typing import Any
 
 from service.estimator.checkpoint import CheckpointWeights
 from service.estimator.engines import EngineContext, EngineSettings, get_engine
+from service.estimator.engines.serving import ServingSetup
 from service.estimator.errors import InvalidRequest
 from service.estimator.gpu import GpuSpec
-from service.estimator.inference.setup import ATTENTION, ServingSetup, serving_setup
+from service.estimator.inference.setup import ATTENTION, serving_setup
 from service.estimator.memo import cached
 from service.estimator.model import Architecture
 from service.estimator.parallel import MAX_PARALLEL

@@ -16,10 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from service.estimator.engines import get_engine
+from service.estimator.engines.serving import ServingSetup
 from service.estimator.gpu import DEFAULT_GPUS_PER_NODE, GpuSpec
 from service.estimator.inference.evaluate import fits_from, required_from, stage_costs
 from service.estimator.inference.request import InferenceRequest
-from service.estimator.inference.setup import ServingSetup
 from service.estimator.result import FitReason
 from service.estimator.units import GIB
 

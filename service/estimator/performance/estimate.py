@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from service.estimator.engines.serving import ServingSetup
 from service.estimator.errors import InvalidRequest
 from service.estimator.formats import get_format
 from service.estimator.gpu import GpuPerformance
@@ -25,7 +26,6 @@ from service.estimator.inference.request import (
     setup_for,
     validate_workload,
 )
-from service.estimator.inference.setup import ServingSetup
 from service.estimator.performance.serving import Operating, operate
 from service.estimator.performance.timing import (
     Bound,

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from service.estimator.inference.setup import ServingSetup
+from service.estimator.engines.serving import ServingSetup
 from service.estimator.model import Architecture, Shard
 from service.estimator.parallel import pp_layer_partition
 from service.estimator.units import bytes_per_element
