@@ -280,6 +280,10 @@ def _read_option(
                 "maximum, fit.max_sequence_length is the length it would pick",
             )
         out.set(name, value, source)
+        if option.priced_values and value not in option.priced_values:
+            return OptionReading(
+                name, value, source, False, f"{value}: its buffers are not priced (they add memory)"
+            )
         return OptionReading(name, value, source, True)
     assert option.field is not None
     if option.field == "model":

@@ -215,3 +215,30 @@ def test_admission_never_denies_on_an_option_it_did_not_price(client: TestClient
     response = admit(client, review(obj))
     assert response["allowed"] is True
     assert any("not denied: max_model_len read but not priced" in w for w in response["warnings"])
+
+
+def test_sglang_dp_attention_reads_its_expert_layout(client: TestClient) -> None:
+    """``--tp 8 --dp 8 --enable-dp-attention --ep-size 8`` runs on 8 GPUs: the estimate's
+    TP 1 × DP 8, the experts over EP 8; a DeepEP dispatch is read but its buffers not priced."""
+    command = (
+        f"python -m sglang.launch_server --model-path {DEEPSEEK_V3} --tp 8 --dp 8 "
+        "--enable-dp-attention --ep-size 8 --moe-a2a-backend deepep --context-length 8192"
+    )
+    result = preflight(client, command=command, gpu="h200", gpu_count=8)
+    layout = result["fit"]["layout"]
+    assert (layout["tensor_parallel_size"], layout["data_parallel_size"]) == (1, 8)
+    assert layout["expert_parallel_size"] == 8
+    options = {o["name"]: o for o in result["options"]}
+    assert options["ep_size"]["priced"] is True
+    assert options["moe_a2a_backend"]["priced"] is False
+    assert "not priced" in options["moe_a2a_backend"]["note"]
+
+
+def test_an_unpriced_vllm_dispatch_backend_is_reported_so(client: TestClient) -> None:
+    command = f"vllm serve {DEEPSEEK_V3} -dp 8 --enable-expert-parallel --all2all-backend pplx"
+    result = preflight(client, command=command, gpu="h200", gpu_count=8)
+    options = {o["name"]: o for o in result["options"]}
+    assert options["all2all_backend"]["priced"] is False
+    assert any(
+        "pplx" in line and "not priced" in line for line in result["estimate"]["assumptions"]
+    )

@@ -145,6 +145,10 @@ class Option:
     json_keys: tuple[tuple[tuple[str, ...], str, float], ...] = ()
     # The environment variable the engine also reads it from (a flag given wins).
     env: str | None = None
+    # The values whose memory effect is priced, when only some are (empty: all): any other
+    # value is still passed to the estimate, which names what it does not price, and a
+    # reader reports it ``priced: false``.
+    priced_values: tuple[OptionValue, ...] = ()
 
     @property
     def spellings(self) -> tuple[str, ...]:

@@ -164,6 +164,7 @@ OPTIONS: tuple[Option, ...] = (
         default="none",
         choices=("none", "deepep", "mooncake", "ascend_fuseep", "flashinfer", "mori"),
         flag="--moe-a2a-backend",
+        priced_values=("none",),
     ),
     Option(
         "enable_lora",

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from service.estimator.engines.base import EngineContext, Option, OptionValue
 from service.estimator.engines.mxfp4_storage import BACKENDS
 from service.estimator.engines.vllm_features import KV_CONNECTORS, LORA_DTYPES
-from service.estimator.engines.vllm_parallel import ALL2ALL_BACKENDS
+from service.estimator.engines.vllm_parallel import ALL2ALL_BACKENDS, PRICED_ALL2ALL
 from service.estimator.engines.vllm_profile import SAMPLER_CHOICES
 from service.estimator.engines.vllm_versions import (
     LINES,
@@ -285,6 +285,7 @@ OPTIONS: tuple[Option, ...] = (
         choices=ALL2ALL_BACKENDS,
         flag="--all2all-backend",
         env="VLLM_ALL2ALL_BACKEND",
+        priced_values=tuple(b for b in ALL2ALL_BACKENDS if b in PRICED_ALL2ALL),
     ),
     Option(
         "moe_dp_chunk_size",

@@ -152,13 +152,24 @@ def min_gpu_count(req: InferenceRequest) -> MinLayout:
     return cached("min_gpu_count", key, lambda: search_min_gpu_count(req))
 
 
+def expert_parallel_size(req: InferenceRequest, tp: int, pp: int) -> int:
+    """The ranks the routed experts are divided among, as the engine lays them out (vLLM: TP ×
+    DP under --enable-expert-parallel; SGLang: its ep_size); 1 without expert parallelism."""
+    if req.arch.moe is None:
+        return 1
+    plan = get_engine(req.engine).data_parallel(
+        req.arch, req.settings(tp, pp), tp, req.data_parallel_size, req.expert_parallel, req.gpu
+    )
+    return plan.experts.expert if plan.experts is not None else 1
+
+
 def _with_data_parallel(req: InferenceRequest, found: MinLayout) -> MinLayout:
     """A TP × PP search result at the request's data-parallel size: every DP rank holds such
     a group (the routed experts divided over all of them with expert parallelism)."""
     dp = req.data_parallel_size
     if dp == 1 or found.count is None or found.layout is None:
         return found
-    ep = found.layout.tensor * dp if req.expert_parallel else 1
+    ep = expert_parallel_size(req, found.layout.tensor, found.layout.pipeline)
     layout = Layout(found.layout.tensor, found.layout.pipeline, dp, ep)
     return dataclasses.replace(found, count=found.count * dp, layout=layout)
 
@@ -251,7 +262,7 @@ def _pp_reason(form: OperatorLayouts, top: int, pp: int, engine: str, alone: str
 def _layout_for_count(req: InferenceRequest, gpu_count: int | None) -> tuple[Layout, str]:
     """The layout judged for the GPUs the caller gave, and a note when it was chosen here."""
     tp, pp, dp = req.tensor_parallel_size, req.pipeline_parallel_size, req.data_parallel_size
-    ep = tp * dp if req.expert_parallel else 1
+    ep = expert_parallel_size(req, tp, pp)
     if gpu_count is None or gpu_count == tp * pp * dp:
         return Layout(tp, pp, dp, ep), ""
     positive_int(gpu_count, "gpu_count", MAX_GPU_COUNT)
