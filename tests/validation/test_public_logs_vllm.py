@@ -74,9 +74,7 @@ def test_multimodal_row_on_0_11_0_samples_with_flashinfer(
     # 4.5 GiB alone; 0.11.0's image samples with FlashInfer. Its pool, tokens and concurrency
     # then fall within 1 % of the log; no row is left unexplained.
     assert p.UNEXPLAINED_POOL == {}
-    errors = {
-        c.component: c.error for c in evaluated[0] if c.row == "v_llmd_h100_mistral_small32"
-    }
+    errors = {c.component: c.error for c in evaluated[0] if c.row == "v_llmd_h100_mistral_small32"}
     for component in ("kv_pool", "kv_tokens", "max_concurrency"):
         assert abs(errors[component]) <= 0.01, (component, errors[component])
 
