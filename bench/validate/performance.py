@@ -488,9 +488,12 @@ def report() -> str:
         "burst rows (all prompts sent at once: a finite run, not the closed loop the model "
         "answers). MAPE = mean of |predicted − measured| / measured, with the row count.\n",
         "Per GPU (the issue's targets: ITL and output tokens/s ≤ 20 %, zero-load TTFT ≤ 40 %, "
-        'held out). "Fitted constants carried" answers a GPU without its own fit with the '
-        "Hopper-fitted vLLM constants on that GPU's own datasheet peaks: an experiment on how "
-        "far the fit carries, not what the service answers there (a band).\n",
+        "held out; tests/validation/test_performance_accuracy.py pins each figure). The burst "
+        "columns answer each burst row with the fitted vLLM constants: the service's own "
+        "answer on Hopper and, on a GPU without a fit, the Hopper-fitted constants carried to "
+        "that GPU's own datasheet peaks (an experiment on how far the fit carries; the service "
+        "answers there with a band, whose ends the last column checks). A burst enters no fit "
+        "and is no evidence for the targets (docs/performance.md, Bursts).\n",
         *_gpu_lines(),
         "",
         "| set | metric | MAPE | rows | target |",
