@@ -334,6 +334,13 @@ def estimate_performance(
         f"prompt and {traffic.output_tokens} output tokens; the replica runs at most {limit} "
         "at once (scheduler limit and KV pool); means over requests",
     ]
+    if traffic.concurrency > limit:
+        assumptions.append(
+            f"performance: saturated: past {limit} running requests the rate is the steady "
+            "state at that limit, an upper bound: when the KV pool runs out the engine preempts "
+            "running requests and recomputes their prompts later, work not priced here "
+            "(docs/performance.md, Bursts)"
+        )
     if calibrated:
         assumptions.append(
             f"performance calibrated for {req.engine} on {gpu.architecture} GPUs "
