@@ -58,6 +58,9 @@ def test_past_the_kv_pool_the_replica_is_saturated() -> None:
     assert past.performance.requests_per_s == below.performance.requests_per_s
     assert past.performance.queue_wait_ms > 0
     assert past.performance.ttft_ms > below.performance.ttft_ms
+    # The rate past the pool is an upper bound (preemption is not priced), and says so.
+    assert any("upper bound" in line for line in past.assumptions)
+    assert not any("upper bound" in line for line in below.assumptions)
 
 
 def test_slo_replicas_are_the_rate_over_the_per_replica_rate() -> None:
