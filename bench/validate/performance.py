@@ -186,13 +186,14 @@ FITTED_CLASS = ("vllm", "hopper")
 
 
 @contextmanager
-def _answered_with_fitted_class(architecture: str) -> Iterator[None]:
-    """While open, vLLM answers on ``architecture`` GPUs take the fitted class's constants
-    (only the efficiencies and overheads: every peak stays the GPU's own)."""
-    table = timing.CALIBRATED
+def _answered_with_fitted_class(architecture: str, gpu_ref: str) -> Iterator[None]:
+    """While open, vLLM answers on ``gpu_ref`` (of ``architecture``) take the fitted class's
+    constants (only the efficiencies and overheads: every peak stays the GPU's own)."""
+    table, checked = timing.CALIBRATED, timing.CHECKED_ON
     key = (FITTED_CLASS[0], architecture)
-    saved = table.get(key)
+    saved, saved_checked = table.get(key), checked.get(key)
     table[key] = table[FITTED_CLASS]
+    checked[key] = (saved_checked or frozenset()) | {gpu_ref}
     try:
         yield
     finally:
@@ -200,6 +201,10 @@ def _answered_with_fitted_class(architecture: str) -> Iterator[None]:
             del table[key]
         else:
             table[key] = saved
+        if saved_checked is None:
+            del checked[key]
+        else:
+            checked[key] = saved_checked
 
 
 def transferred(row: Row) -> Predicted:
@@ -208,7 +213,7 @@ def transferred(row: Row) -> Predicted:
     it never saw. An experiment for the report; the service's answer there stays a band."""
     gpu = resolve_gpu(_gpus(), row.gpu)
     assert gpu.performance is not None
-    with _answered_with_fitted_class(gpu.performance.architecture or ""):
+    with _answered_with_fitted_class(gpu.performance.architecture or "", gpu.ref):
         return predict(row)
 
 

@@ -28,6 +28,7 @@ from service.estimator.inference.request import (
 )
 from service.estimator.performance.serving import Operating, operate
 from service.estimator.performance.timing import (
+    CHECKED_ON,
     Bound,
     Efficiencies,
     band_efficiencies,
@@ -177,6 +178,13 @@ def _uncalibrated_reasons(
         reasons.append(
             f"no measured rows for engine {req.engine} on {gpu.architecture or 'this'} GPUs"
         )
+    else:
+        checked = CHECKED_ON.get((req.engine, gpu.architecture or ""), frozenset())
+        if req.gpu is None or req.gpu.ref not in checked:
+            reasons.append(
+                f"the {gpu.architecture} constants were checked on {', '.join(sorted(checked))} "
+                "only; no measured rows on this GPU"
+            )
     fmt = get_format(setup.weight_format)
     if fmt.quantized or fmt.bits != 16:
         reasons.append(f"no measured rows in weight format {setup.weight_format}")
