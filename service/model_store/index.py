@@ -9,13 +9,19 @@ A file or model that cannot be read is skipped with its reason (logged and kept 
 :attr:`StoreIndex.skipped`); nothing stops the index.
 
 Headers are re-read only for files whose size or modification time changed since the last
-scan; a scan reads at most ``max_header_bytes_per_scan`` bytes of headers and visits at most
-``max_entries`` directory entries.
+scan; a scan reads at most ``max_header_bytes_per_scan`` bytes of headers, visits at most
+``max_entries`` directory entries and indexes at most ``max_models`` models.
+
+What a scan holds in memory is bounded whatever the files say (issue 28 §1): each header is
+streamed (:mod:`.gguf_file`, :mod:`.safetensors_header`, :mod:`.json_stream`), so reading one
+costs about a megabyte of buffer and the reader's small records; a ``config.json`` is parsed
+only if the bound of what its parse allocates fits ``json_parse_budget``; the parse cache keeps
+per-file totals, not tensor lists; and each model's files must be read within
+``read_timeout_s``.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -29,9 +35,11 @@ from typing import Any
 from service.estimator.checkpoint import MTP, TEXT, VISION, CheckpointWeights
 from service.estimator.errors import EstimatorError
 from service.estimator.model import Architecture, ParameterCounts, count_parameters, read_config
+from service.model_store.deadline import ReadTimeout
 from service.model_store.gguf_file import GgufError, quant_tag, read_gguf, split_part
+from service.model_store.json_stream import JsonBoundError, ObjectReader, loads_bounded
 from service.model_store.layout import ModelDir, WalkLimits, discover
-from service.model_store.safetensors_header import HeaderError, SafetensorsHeader, read_header
+from service.model_store.safetensors_header import HeaderError, tensor_entries
 
 __all__ = ["ScanLimits", "Skipped", "StoreEntry", "StoreIndex", "build_index", "root_paths"]
 
@@ -60,6 +68,9 @@ class ScanLimits:
     max_safetensors_header_bytes: int = 100_000_000
     max_gguf_metadata_bytes: int = 64 * 2**20
     max_header_bytes_per_scan: int = 2**30
+    max_models: int = 2000
+    read_timeout_s: float = 10.0
+    json_parse_budget: int = 32 * 2**20
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,9 +122,18 @@ class _Scan:
     cache: dict[tuple[Any, ...], Any] = field(default_factory=dict)
     header_bytes: int = 0
     complete: bool = True
+    model_started: float = 0.0
+
+    def start_model(self) -> None:
+        self.model_started = time.monotonic()
+
+    def deadline(self) -> float:
+        """When the current model's files must have been read (time.monotonic())."""
+        return self.model_started + self.limits.read_timeout_s
 
     def cached(self, key: tuple[Any, ...], read: Any, cost: int) -> Any:
-        """The parse of ``key`` from the last scan, or ``read()`` if the budget allows."""
+        """The parse of ``key`` from the last scan, or ``read()`` if the budget allows. A
+        read past the deadline is not kept: the next scan tries it again."""
         if key in self.previous:
             self.cache[key] = self.previous[key]
             return self.cache[key]
@@ -122,7 +142,10 @@ class _Scan:
             raise _Budget
         try:
             value = read()
-        except (HeaderError, GgufError, OSError, ValueError) as exc:
+        except ReadTimeout as exc:
+            self.header_bytes += cost
+            return _Failed(str(exc))
+        except (HeaderError, GgufError, JsonBoundError, OSError, ValueError) as exc:
             value = _Failed(str(exc))
         except Exception as exc:  # a hostile file must never stop the scan
             value = _Failed(f"unreadable ({type(exc).__name__}: {str(exc)[:200]})")
@@ -145,10 +168,40 @@ def _key(path: Path) -> tuple[Any, ...]:
     return (str(path), st.st_size, st.st_mtime_ns)
 
 
-def _read_json(path: Path) -> Any:
+def _read_json(path: Path, budget: int) -> Any:
     if path.stat().st_size > _MAX_JSON_BYTES:
         raise ValueError(f"larger than {_MAX_JSON_BYTES} bytes")
-    return json.loads(path.read_bytes())
+    return loads_bounded(path.read_bytes(), budget)
+
+
+def _index_total_size(path: Path, deadline: float) -> int | None:
+    """``metadata.total_size`` of a ``model.safetensors.index.json``, read member by member:
+    its ``weight_map`` (megabytes for a large sharded model) is skipped unbuilt."""
+    total: Any = None
+    with path.open("rb") as f:
+        reader = ObjectReader(f, path.stat().st_size, deadline=deadline)
+        for key in reader.keys():
+            if key == "weight_map":
+                reader.skip_strings()
+                continue
+            value = reader.value()
+            if key == "metadata" and isinstance(value, dict):
+                total = value.get("total_size")
+        reader.end()
+    if isinstance(total, bool) or not isinstance(total, int | float | str):
+        return None
+    return int(total)
+
+
+def _safetensors_totals(
+    path: Path, cap: int, num_layers: int, deadline: float
+) -> tuple[tuple[str, int], ...]:
+    """Bytes per checkpoint component of one safetensors file, from its streamed header."""
+    totals: dict[str, int] = {}
+    for t in tensor_entries(path, cap, deadline):
+        c = _component(t.name, num_layers)
+        totals[c] = totals.get(c, 0) + t.nbytes
+    return tuple(sorted(totals.items()))
 
 
 def _component(name: str, num_layers: int) -> str:
@@ -171,25 +224,25 @@ def _safetensors_entry(
     if not names:
         return None, ["no .safetensors files: weights from the config"]
     components: dict[str, int] = {}
+    cap = scan.limits.max_safetensors_header_bytes
     for name in names:
         path = model.files[name]
-        cost = min(path.stat().st_size, scan.limits.max_safetensors_header_bytes + 8)
-        cap = scan.limits.max_safetensors_header_bytes
-        header = scan.cached(("st", *_key(path)), lambda p=path, c=cap: read_header(p, c), cost)
-        if isinstance(header, _Failed):
-            raise _ModelSkip(f"{name}: {header.reason}")
-        assert isinstance(header, SafetensorsHeader)
-        for t in header.tensors:
-            c = _component(t.name, arch.num_layers)
-            components[c] = components.get(c, 0) + t.nbytes
+        cost = min(path.stat().st_size, cap + 8)
+        totals = scan.cached(
+            ("st", *_key(path), arch.num_layers),
+            lambda p=path: _safetensors_totals(p, cap, arch.num_layers, scan.deadline()),
+            cost,
+        )
+        if isinstance(totals, _Failed):
+            raise _ModelSkip(f"{name}: {totals.reason}")
+        for c, nbytes in totals:
+            components[c] = components.get(c, 0) + nbytes
     index_total = None
     index_path = model.files.get("model.safetensors.index.json")
     if index_path is not None:
         try:
-            doc = _read_json(index_path)
-            total = doc.get("metadata", {}).get("total_size") if isinstance(doc, dict) else None
-            index_total = int(total) if isinstance(total, int | float | str) else None
-        except (OSError, ValueError, AttributeError):
+            index_total = _index_total_size(index_path, scan.deadline())
+        except (OSError, ValueError):
             notes.append("model.safetensors.index.json unreadable: ignored")
     header_total = sum(components.values())
     if index_total is not None and index_total != header_total:
@@ -233,7 +286,8 @@ def _entries_of(
 
 
 def _hf_entry(scan: _Scan, model: ModelDir, root_index: int, config_path: Path) -> StoreEntry:
-    config = scan.cached(("json", *_key(config_path)), lambda: _read_json(config_path), 0)
+    budget = scan.limits.json_parse_budget
+    config = scan.cached(("json", *_key(config_path)), lambda: _read_json(config_path, budget), 0)
     if isinstance(config, _Failed):
         raise _ModelSkip(f"config.json is not JSON: {config.reason}")
     if not isinstance(config, dict):
@@ -266,7 +320,7 @@ def _gguf_entry(
     key = ("gguf", *(k for p in paths for k in _key(p)))
     cap = scan.limits.max_gguf_metadata_bytes
     cost = min(sum(p.stat().st_size for p in paths), cap * len(paths))
-    read = scan.cached(key, lambda: read_gguf(paths, cap), cost)
+    read = scan.cached(key, lambda: read_gguf(paths, cap, scan.deadline()), cost)
     if isinstance(read, _Failed):
         raise _ModelSkip(read.reason)
     tag = quant_tag(stem.rsplit("/", 1)[-1]) or read.file_type or stem.rsplit("/", 1)[-1]
@@ -319,6 +373,13 @@ def build_index(
             )
         skipped.extend(Skipped(root_index, s.path, s.reason) for s in skips)
         for model in models:
+            if len(entries) >= limits.max_models:
+                scan.complete = False
+                skipped.append(
+                    Skipped(root_index, model.path, f"model limit ({limits.max_models}) reached")
+                )
+                continue
+            scan.start_model()
             try:
                 found = _entries_of(scan, model, root_index, skipped)
             except _Budget:
