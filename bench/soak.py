@@ -50,7 +50,7 @@ from typing import Any
 
 import httpx
 
-from bench import harness, soak_phases
+from bench import harness, soak_phases, soak_store
 from bench.harness import LLAMA_CONFIG
 
 RESULTS = harness.REPO / "bench" / "results.md"
@@ -483,12 +483,16 @@ def hostile_phases(
         "heavy": lambda server: soak_phases.heavy_distinct(
             server, limit, args.heavy_duration, args.seed
         ),
+        "store": lambda server: soak_store.store_files(server, limit, tmp, args.heavy_duration),
     }
+    # Phases whose worker needs files or settings of its own: name -> its environment.
+    setups = {"store": soak_store.prepare}
     phases = []
     for name in args.phases:
         if name not in runs:
             continue
-        server = soak_phases.start_limited(tmp / f"{name}.log", limit)
+        env = setups[name](tmp) if name in setups else None
+        server = soak_phases.start_limited(tmp / f"{name}.log", limit, env)
         try:
             harness.wait_ready(server)
             print(f"soak: phase {name} against {server.url} (pid {server.pid})", flush=True)
@@ -508,8 +512,9 @@ def main() -> int:
     parser.add_argument(
         "--phases",
         type=lambda text: text.split(","),
-        default=["headers", "slow", "heavy", "mixed"],
-        help="comma-separated: headers, slow, heavy (bench/soak_phases.py), mixed (the minute)",
+        default=["headers", "slow", "heavy", "store", "mixed"],
+        help="comma-separated: headers, slow, heavy (bench/soak_phases.py), store "
+        "(bench/soak_store.py), mixed (the minute)",
     )
     parser.add_argument("--label", default="", help="added to the results headings")
     parser.add_argument("--no-memory-limit", action="store_true")

@@ -90,6 +90,8 @@ def model_store(app: FastAPI, settings: Settings) -> ModelStore:
         walk=WalkLimits(max_entries=settings.model_store_max_entries),
         max_safetensors_header_bytes=settings.model_store_max_header_bytes,
         max_gguf_metadata_bytes=settings.model_store_max_gguf_metadata_bytes,
+        max_models=settings.model_store_max_models,
+        read_timeout_s=settings.model_store_read_timeout_s,
     )
     return ModelStore(
         root_paths(settings.model_dirs), settings.model_store_rescan_s, limits, changed

@@ -170,6 +170,20 @@ class Settings(BaseSettings):
         description="Largest GGUF metadata and tensor-info section read; a file with a larger "
         "one is skipped.",
     )
+    model_store_max_models: int = Field(
+        2000,
+        ge=1,
+        le=100_000,
+        description="Models one scan of the model store indexes at most (each costs its "
+        "architecture and byte counts in memory).",
+    )
+    model_store_read_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        le=3600,
+        description="Seconds reading one model's headers may take; past it the model is "
+        "skipped for this scan and tried again at the next.",
+    )
 
     @model_validator(mode="after")
     def _tls_settings_agree(self) -> Self:

@@ -12,7 +12,8 @@ __all__ = ["ReadTimeout", "check_deadline"]
 
 
 class ReadTimeout(Exception):
-    """Reading took longer than the scan allows one model (``LLMMEM_MODEL_STORE_READ_TIMEOUT_S``)."""
+    """Reading took longer than the scan allows one model
+    (``LLMMEM_MODEL_STORE_READ_TIMEOUT_S``)."""
 
 
 def check_deadline(deadline: float | None, what: str) -> None:

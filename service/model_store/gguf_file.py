@@ -23,12 +23,13 @@ The metadata (``<arch>.block_count``, ``.embedding_length``, ...) is mapped onto
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import Any
 
 from gguf import LlamaFileType
 from gguf.constants import GGMLQuantizationType
@@ -162,7 +163,7 @@ class _Stream:
     """Little-endian reads from the start of a file through one bounded buffer; refuses to go
     past ``limit`` (the file's end or the cap) or past ``deadline`` (time.monotonic())."""
 
-    def __init__(self, f: IO[bytes], size: int, cap: int, deadline: float | None) -> None:
+    def __init__(self, f: io.RawIOBase, size: int, cap: int, deadline: float | None) -> None:
         self.f = f
         self.size = size
         self.cap = cap

@@ -180,7 +180,7 @@ def _index_total_size(path: Path, deadline: float) -> int | None:
     total: Any = None
     with path.open("rb") as f:
         reader = ObjectReader(f, path.stat().st_size, deadline=deadline)
-        for key in reader.keys():
+        for key in reader.members():
             if key == "weight_map":
                 reader.skip_strings()
                 continue

@@ -3,12 +3,13 @@ small document only when its parse is known to fit a budget.
 
 A safetensors header may be 100 MB of JSON (the format's own limit) and a sharded checkpoint's
 ``model.safetensors.index.json`` megabytes of ``weight_map``: parsed whole, such a document
-costs many times its size in Python objects (an 8 MiB ``[{},{},...]`` is 2.8 million dicts,
-about 180 MiB). :class:`ObjectReader` walks a top-level object one member at a time through a
-window of at most ``chunk`` bytes (256 KiB) plus the member in hand; a member is parsed only if it is at
-most ``max_member_bytes`` long, and an object of strings (``__metadata__``, ``weight_map``)
-can be skipped without building anything. :func:`loads_bounded` parses a small document only
-when an upper bound of what its parse allocates fits the budget.
+costs many times its size in Python objects (an 8 MiB ``[{},{},...]`` is 2.8 million
+dicts, about 200 MiB). :class:`ObjectReader` walks a top-level object one member at a time
+through a window of at most ``chunk`` bytes (256 KiB) plus the member in hand; a member is
+parsed only if it is at most ``max_member_bytes`` long, and an object of strings
+(``__metadata__``, ``weight_map``) can be skipped without building anything.
+:func:`loads_bounded` parses a small document only when an upper bound of what its parse
+allocates fits the budget.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from __future__ import annotations
 import codecs
 import json
 from collections.abc import Iterator
-from json.decoder import scanstring
 from typing import IO, Any
 
 from service.model_store.deadline import check_deadline
@@ -25,6 +25,8 @@ __all__ = ["JsonBoundError", "ObjectReader", "loads_bounded", "parse_cost"]
 
 _WHITESPACE = " \t\n\r"
 _DECODER = json.JSONDecoder()
+# json.decoder's string scanner (C when available), as JSONDecoder uses it.
+_scanstring: Any = getattr(json.decoder, "scanstring")  # noqa: B009 - untyped in typeshed
 # An upper bound, in bytes, of what one JSON value costs parsed, beyond twice its text: a
 # dict (64 B empty), a list (56 B + 8 per item), a str (49 B + its text), a float (24 B), an
 # int (28 B), and the slot that holds it (a key and a dict entry for an object's member).
@@ -78,7 +80,7 @@ class ObjectReader:
         self.text = ""
         self.pos = 0
         self.decoder = codecs.getincrementaldecoder("utf-8")("strict")
-        self.members = 0
+        self.count = 0
 
     # -- the window ----------------------------------------------------------------------
 
@@ -147,11 +149,11 @@ class ObjectReader:
     def _string(self) -> str:
         if self._char() != '"':
             raise JsonBoundError("expected a string in the JSON")
-        return str(self._parse(lambda text, pos: scanstring(text, pos + 1)))
+        return str(self._parse(lambda text, pos: _scanstring(text, pos + 1)))
 
     # -- members -------------------------------------------------------------------------
 
-    def keys(self) -> Iterator[str]:
+    def members(self) -> Iterator[str]:
         """Each member's key; the caller then takes its value with :meth:`value` or
         :meth:`skip_strings` before asking for the next key."""
         self._expect("{")
@@ -161,8 +163,8 @@ class ObjectReader:
         while True:
             key = self._string()
             self._expect(":")
-            self.members += 1
-            if self.members % 1024 == 0:
+            self.count += 1
+            if self.count % 1024 == 0:
                 check_deadline(self.deadline, "the JSON")
             yield key
             if self._expect(",}") == "}":

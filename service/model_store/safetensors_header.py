@@ -86,7 +86,7 @@ def _members(
         data_size = size - 8 - n
         reader = ObjectReader(f, n, deadline=deadline)
         try:
-            for name in reader.keys():
+            for name in reader.members():
                 if name == "__metadata__":
                     if metadata is None:
                         reader.skip_strings()

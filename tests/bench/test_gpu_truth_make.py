@@ -28,9 +28,7 @@ def test_measure_gpu_dry_installs_the_reference_extras_before_running(tmp_path: 
         timeout=60,
         check=True,
     ).stdout.splitlines()
-    installs = [
-        i for i, line in enumerate(out) if "pip install" in line and "[reference]" in line
-    ]
+    installs = [i for i, line in enumerate(out) if "pip install" in line and "[reference]" in line]
     runs = [i for i, line in enumerate(out) if "bench.gpu_truth.run" in line]
     assert installs, "\n".join(out)
     assert runs, "\n".join(out)

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import struct
 import os
 import shutil
+import struct
 from pathlib import Path
 from typing import Any
 

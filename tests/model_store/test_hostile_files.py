@@ -44,7 +44,7 @@ def peak_bytes(fn: Callable[[], Any]) -> tuple[int, Any]:
         base = tracemalloc.get_traced_memory()[0]
         try:
             out: Any = fn()
-        except Exception as exc:  # noqa: BLE001 - the exception is the result under test
+        except Exception as exc:  # the exception is the result under test
             out = exc
         return tracemalloc.get_traced_memory()[1] - base, out
     finally:
@@ -139,19 +139,19 @@ def _one_kv_file(path: Path, kv: bytes, n_kv: int = 1, tensors: bytes = b"", n_t
 
 def test_bounds_of_the_specification_and_of_llama_cpp(tmp_path: Path) -> None:
     too_long_key = struct.pack("<Q", 65_536)  # docs/gguf.md: keys are at most 2^16 - 1 bytes
-    with pytest.raises(GgufError, match="at most 65535"):
+    with pytest.raises(GgufError, match=r"at most 65535"):
         read_gguf([_one_kv_file(tmp_path / "k.gguf", too_long_key + b"x" * 65_536)])
     arch = gguf_string(b"general.architecture") + struct.pack("<I", 8) + gguf_string(b"llama")
     layers = gguf_string(b"llama.block_count") + struct.pack("<I", 4) + struct.pack("<I", 1)
     # GGML_MAX_NAME is 64 with the terminating zero: a 64-byte name is refused.
     name = gguf_string(b"t" * 64) + struct.pack("<I1QIQ", 1, 4, 0, 0)
-    with pytest.raises(GgufError, match="string of 64 bytes where at most 63"):
+    with pytest.raises(GgufError, match=r"string of 64 bytes where at most 63"):
         read_gguf([_one_kv_file(tmp_path / "n.gguf", arch + layers, 2, name, 1)])
     odd = gguf_string(b"x") + struct.pack("<I", 13)
     with pytest.raises(GgufError, match="unknown value type 13"):
         read_gguf([_one_kv_file(tmp_path / "t.gguf", odd)])
     huge = gguf_string(b"x") + struct.pack("<IIQ", 9, 6, 2**40)  # 4 TiB of floats
-    with pytest.raises(GgufError, match="metadata exceeds|truncated"):
+    with pytest.raises(GgufError, match=r"metadata exceeds|truncated"):
         read_gguf([_one_kv_file(tmp_path / "h.gguf", huge)], cap=MiB)
 
 
