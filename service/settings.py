@@ -129,6 +129,20 @@ class Settings(BaseSettings):
         le=600,
         description="Seconds an estimate (or a batch) may take, queueing included (503 after).",
     )
+    admission_deadline_s: float = Field(
+        3.0,
+        gt=0,
+        le=30,
+        description="Seconds an admission review may take, queueing included; keep it below "
+        "the webhook's timeoutSeconds (5 in deploy/). Past it the containers not yet checked "
+        "are named in a warning, or the review is denied under admission_unchecked=deny.",
+    )
+    admission_unchecked: Literal["allow", "deny"] = Field(
+        "allow",
+        description="What a review the service could not check (past its deadline, over the "
+        "limit table's bounds, the replica saturated) gets: `allow` with a warning saying why "
+        "(the webhook's failurePolicy Ignore), or `deny` with the reason (failurePolicy Fail).",
+    )
     batch_cost_budget: int = Field(
         131_072,
         ge=1_024,

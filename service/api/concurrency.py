@@ -39,7 +39,6 @@ Use from a route::
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -47,10 +46,23 @@ from typing import TYPE_CHECKING, Any, TypeVar, TypeVarTuple
 
 from starlette.types import Message, Receive
 
+from service.estimator.cancel import Cancelled, CancelToken, checkpoint, running
+
 if TYPE_CHECKING:
     from fastapi import Request
 
     from service.application.metrics import Metrics
+
+__all__ = [
+    "CancelToken",
+    "Cancelled",
+    "CpuPool",
+    "DeadlineExceeded",
+    "Overloaded",
+    "checkpoint",
+    "run_cpu_bound",
+    "run_on_body",
+]
 
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
@@ -86,45 +98,10 @@ class DeadlineExceeded(Exception):
         self.retry_after_s = RETRY_AFTER_S
 
 
-class Cancelled(Exception):
-    """Raised by `checkpoint()` in the work once its token is set (deadline or disconnect)."""
-
-
-class CancelToken:
-    """Set once, from the loop; read by the work between items."""
-
-    def __init__(self, deadline: float) -> None:
-        self.deadline = deadline  # time.monotonic()
-        self.reason: str | None = None
-
-    def cancel(self, reason: str) -> None:
-        if self.reason is None:
-            self.reason = reason
-
-    def check(self) -> None:
-        if self.reason is None and time.monotonic() >= self.deadline:
-            self.reason = "deadline"
-        if self.reason is not None:
-            raise Cancelled(self.reason)
-
-
-_local = threading.local()
-
-
-def checkpoint() -> None:
-    """Raise `Cancelled` if the work running on this thread should stop; a no-op elsewhere."""
-    token: CancelToken | None = getattr(_local, "token", None)
-    if token is not None:
-        token.check()
-
-
 def _call(token: CancelToken, fn: Callable[[*Ts], T], args: tuple[*Ts]) -> T:
     token.check()  # waited past its deadline, or its client left: do not start
-    _local.token = token
-    try:
+    with running(token):
         return fn(*args)
-    finally:
-        _local.token = None
 
 
 async def _watch_disconnect(receive: Receive, token: CancelToken) -> None:

@@ -15,6 +15,13 @@ What it does, in order:
    fits on. Pinned to several products, fitting on some: allowed, warning naming those.
 4. Anything the estimator could not read (a model given as a path, a model or GPU not in the
    catalog): allowed with a warning. Admission never fails because of the estimator.
+5. What the service cannot check in time or within its bounds is answered as the webhook's
+   ``failurePolicy: Ignore`` would have it, but with a warning that says why: an object over
+   the limit table's bounds (service/schemas/limits.py: depth, keys, serving containers), or
+   a review whose deadline (``LLMMEM_ADMISSION_DEADLINE_S``, below the webhook's
+   ``timeoutSeconds``) passed between two containers: the containers checked by then keep
+   their verdicts, the rest are named unchecked. ``LLMMEM_ADMISSION_UNCHECKED=deny`` denies
+   such a review instead (``failurePolicy: Fail``, with the reason).
 
 Warnings stay short (the API server passes 120 characters comfortably and cuts at 256,
 `service.workloads.admission.WARNING_LIMIT`); the denial message carries the details.
@@ -28,24 +35,40 @@ from typing import Any, Literal
 
 from service.application.estimate_service import Catalogs
 from service.application.metrics import Metrics
+from service.estimator.cancel import Cancelled, checkpoint
 from service.estimator.engines import get_engine
 from service.scheduling.check import Check, check_plan
 from service.scheduling.plan import Plan
-from service.scheduling.preflight import Overrides, WorkloadUnreadable, plans_for_object
+from service.scheduling.preflight import (
+    ObjectOverLimits,
+    Overrides,
+    WorkloadUnreadable,
+    plans_for_object,
+)
+from service.schemas.limits import object_problem
 from service.workloads.admission import (
     AdmissionRequest,
     AdmissionResponse,
     admission_review,
     read_admission_review,
 )
-from service.workloads.kubernetes import read_workloads
 from service.workloads.sources import ReadProblem
 
 logger = logging.getLogger("service.admission")
 
-__all__ = ["DEFAULT_MODE", "MODES", "MODE_KEY", "Mode", "review"]
+__all__ = [
+    "DEFAULT_MODE",
+    "MODES",
+    "MODE_KEY",
+    "Mode",
+    "Unchecked",
+    "review",
+    "unchecked_review",
+]
 
 Mode = Literal["deny", "warn", "off"]
+# What a review the service could not check (over the bounds, out of time) gets.
+Unchecked = Literal["allow", "deny"]
 MODES: tuple[Mode, ...] = ("deny", "warn", "off")
 MODE_KEY = "llm-memory.io/admission-mode"
 DEFAULT_MODE: Mode = "warn"
@@ -140,8 +163,31 @@ def _judge(check: Check, who: str) -> tuple[str | None, str | None]:
     return None, None
 
 
+def unchecked(
+    uid: str, why: str, policy: Unchecked, warnings: tuple[str, ...] = ()
+) -> AdmissionResponse:
+    """The answer to a review the service could not check: allowed with a warning saying why
+    (``failurePolicy: Ignore``), or denied with the reason under ``policy`` deny."""
+    note = f"{PREFIX}not checked: {why}"
+    if policy == "deny":
+        return AdmissionResponse(
+            uid=uid,
+            allowed=False,
+            code=403,
+            reason="Forbidden",
+            message=f"GPU memory check not done ({why}); unchecked reviews are denied "
+            "(LLMMEM_ADMISSION_UNCHECKED=deny)",
+            warnings=(*warnings, note),
+        )
+    return AdmissionResponse(uid=uid, allowed=True, warnings=(*warnings, note))
+
+
 def decide(
-    request: AdmissionRequest, default: Mode, catalogs: Catalogs, metrics: Metrics
+    request: AdmissionRequest,
+    default: Mode,
+    catalogs: Catalogs,
+    metrics: Metrics,
+    policy: Unchecked = "allow",
 ) -> AdmissionResponse:
     """The webhook's answer to a review it could read."""
     allowed = AdmissionResponse(uid=request.uid, allowed=True)
@@ -151,26 +197,40 @@ def decide(
     mode, mode_warning = _mode(obj, default)
     if mode == "off":
         return allowed
-    reading = read_workloads(obj)
-    if isinstance(reading, ReadProblem):
+    warnings: list[str] = [mode_warning] if mode_warning else []
+    over = object_problem(obj)
+    if over is not None:
+        return unchecked(request.uid, over, policy, tuple(warnings))
+    try:
+        reading, plans, problems = plans_for_object(obj, Overrides())
+    except ObjectOverLimits as exc:
+        return unchecked(request.uid, exc.detail_text, policy, tuple(warnings))
+    except WorkloadUnreadable:  # not a workload at all
         return allowed
     # Problems arise only in engine containers or GPU resources, so they are worth a warning.
     if not reading.requests_gpus and not reading.problems:
         return allowed
-    warnings: list[str] = [mode_warning] if mode_warning else []
     denials: list[str] = []
     verdicts: list[str] = []
-    try:
-        _, plans, problems = plans_for_object(obj, Overrides())
-    except WorkloadUnreadable as exc:  # pragma: no cover - read_workloads succeeded above
-        return AdmissionResponse(request.uid, True, warnings=(f"{PREFIX}{exc.detail}",))
     warnings += [f"{PREFIX}not checked: {p.message()}" for p in problems]
-    for workload, plan in plans:
-        if workload.gpus is None:
-            continue
+    sized = [(w, p) for w, p in plans if w.gpus is not None]
+    for done, (workload, plan) in enumerate(sized):
         who = _name(plan, workload.container)
         pinned_one = len(plan.gpu_refs) == 1
-        check = check_plan(plan, catalogs, metrics, with_estimate=pinned_one)
+        try:
+            checkpoint()
+            check = check_plan(plan, catalogs, metrics, with_estimate=pinned_one)
+        except Cancelled as exc:
+            if str(exc) != "deadline":
+                raise
+            why = (
+                f"the check ran out of time (LLMMEM_ADMISSION_DEADLINE_S) with {done} of "
+                f"{len(sized)} containers checked"
+            )
+            if policy == "deny":
+                return unchecked(request.uid, why, policy, tuple(warnings))
+            warnings.append(f"{PREFIX}not checked: {why}")
+            break
         if isinstance(check, ReadProblem):
             warnings.append(f"{PREFIX}{who}: not checked: {check.message()}")
             verdicts.append("unknown")
@@ -197,7 +257,19 @@ def decide(
     )
 
 
-def review(body: object, default: Mode, catalogs: Catalogs, metrics: Metrics) -> dict[str, Any]:
+def unchecked_review(body: object, why: str, policy: Unchecked = "allow") -> dict[str, Any]:
+    """The AdmissionReview answering ``body`` unchecked (see :func:`unchecked`); what the
+    HTTP layer answers when the review could not even start in time."""
+    return admission_review(unchecked(_uid(body), why, policy))
+
+
+def review(
+    body: object,
+    default: Mode,
+    catalogs: Catalogs,
+    metrics: Metrics,
+    policy: Unchecked = "allow",
+) -> dict[str, Any]:
     """The AdmissionReview JSON answering ``body``; never raises for what it cannot read."""
     request = read_admission_review(body)
     if isinstance(request, ReadProblem):
@@ -208,7 +280,9 @@ def review(body: object, default: Mode, catalogs: Catalogs, metrics: Metrics) ->
         )
         return admission_review(response)
     try:
-        return admission_review(decide(request, default, catalogs, metrics))
+        return admission_review(decide(request, default, catalogs, metrics, policy))
+    except Cancelled:
+        raise  # the client left, or the deadline passed before the check began
     except Exception as exc:
         # Admission must never fail because of the estimator: logged, allowed, warned.
         logger.exception("admission review %s could not be checked", request.uid)

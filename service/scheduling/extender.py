@@ -24,6 +24,11 @@ resource checks still apply, and the extender never blocks what it cannot judge.
 Scores (0 to 10, higher preferred): a node that fits scores 10 × required / usable per GPU,
 at least 1 (the tightest fit, the least memory left idle, scores highest); a node that does
 not fit or cannot be judged scores 0.
+
+Bounds (service/schemas/limits.py, the table every entry point shares): a Pod over the object
+bounds, or more nodes than the table allows, is refused (422); a Pod with more serving
+containers than it allows is not judged (every node passes). Each node's judgement starts with
+a `checkpoint()`: past the request's deadline the work stops there.
 """
 
 from __future__ import annotations
@@ -36,10 +41,12 @@ from dataclasses import dataclass
 from service.application.estimate_service import Catalogs
 from service.application.resolve import ad_hoc_gpu, resolve_gpu
 from service.catalog.gpu_record import MIB
+from service.estimator.cancel import checkpoint
 from service.estimator.errors import EstimatorError, InvalidRequest
 from service.estimator.gpu import GpuSpec
 from service.scheduling.check import GpuVerdict, Prepared, prepare, verdict_on
 from service.scheduling.plan import plan_workload
+from service.schemas.limits import LIMITS, object_problem
 from service.workloads.extender import (
     MAX_EXTENDER_PRIORITY,
     ExtenderArgs,
@@ -70,6 +77,13 @@ def read_args(body: object) -> ExtenderArgs:
     args = read_extender_args(body)
     if isinstance(args, ReadProblem):
         raise InvalidRequest(args.message(), field=args.field)
+    over = object_problem(args.pod)
+    if over is not None:
+        raise InvalidRequest(f"Pod: {over}", field="Pod")
+    count = len(args.nodes) if args.nodes is not None else len(args.node_names or ())
+    over = LIMITS.nodes_problem(count)
+    if over is not None:
+        raise InvalidRequest(f"Nodes: {over}", field="Nodes")
     return args
 
 
@@ -130,8 +144,8 @@ class _Pod:
 
 def _pod(pod: Mapping[str, object], catalogs: Catalogs) -> _Pod:
     reading = read_workloads(pod)
-    if isinstance(reading, ReadProblem):
-        return _Pod(())
+    if isinstance(reading, ReadProblem) or LIMITS.containers_problem(len(reading.workloads)):
+        return _Pod(())  # nothing judged: every node passes
     plans: list[tuple[Prepared, GpuRequest]] = []
     for workload in reading.workloads:
         if workload.gpus is None:
@@ -139,6 +153,7 @@ def _pod(pod: Mapping[str, object], catalogs: Catalogs) -> _Pod:
         plan, _ = plan_workload(workload, image=None)
         if plan is None or plan.problems:
             continue
+        checkpoint()
         prepared = prepare(plan, catalogs)
         if isinstance(prepared, Prepared):
             plans.append((prepared, workload.gpus))
@@ -183,6 +198,7 @@ def filter_nodes(args: ExtenderArgs, catalogs: Catalogs) -> ExtenderFilterResult
     failed: dict[str, str] = {}
     cache: dict[tuple[int, GpuSpec], GpuVerdict] = {}
     for node in args.nodes:
+        checkpoint()
         name = node_name(node) or "?"
         verdicts, _ = _judge_node(pod, node, catalogs, cache)
         reason = _failure(verdicts)
@@ -216,6 +232,7 @@ def prioritize_nodes(args: ExtenderArgs, catalogs: Catalogs) -> tuple[HostPriori
     cache: dict[tuple[int, GpuSpec], GpuVerdict] = {}
     out: list[HostPriority] = []
     for node in args.nodes:
+        checkpoint()
         name = node_name(node)
         if name is None:
             continue
