@@ -50,7 +50,7 @@ from typing import Any
 
 import httpx
 
-from bench import harness, soak_phases, soak_store
+from bench import harness, soak_load, soak_phases, soak_store
 from bench.harness import LLAMA_CONFIG
 
 RESULTS = harness.REPO / "bench" / "results.md"
@@ -484,6 +484,8 @@ def hostile_phases(
             server, limit, args.heavy_duration, args.seed
         ),
         "store": lambda server: soak_store.store_files(server, limit, tmp, args.heavy_duration),
+        "mix": lambda server: soak_load.heavy_mix(server, limit, args.heavy_duration, args.seed),
+        "admission": lambda server: soak_load.large_review(server, limit),
     }
     # Phases whose worker needs files or settings of its own: name -> its environment.
     setups = {"store": soak_store.prepare}
@@ -512,9 +514,9 @@ def main() -> int:
     parser.add_argument(
         "--phases",
         type=lambda text: text.split(","),
-        default=["headers", "slow", "heavy", "store", "mixed"],
+        default=["headers", "slow", "heavy", "store", "mix", "admission", "mixed"],
         help="comma-separated: headers, slow, heavy (bench/soak_phases.py), store "
-        "(bench/soak_store.py), mixed (the minute)",
+        "(bench/soak_store.py), mix, admission (bench/soak_load.py), mixed (the minute)",
     )
     parser.add_argument("--label", default="", help="added to the results headings")
     parser.add_argument("--no-memory-limit", action="store_true")

@@ -226,7 +226,7 @@ def test_extreme_finetune_requests_do_bounded_work(
 def test_a_search_stops_at_the_first_evaluation_after_its_work_is_cancelled(kind: str) -> None:
     # Issue 28 §2: work past its deadline stops where it is. The token is set during the
     # fourth evaluation; no fifth begins.
-    from service.estimator.cancel import CancelToken, Cancelled, running
+    from service.estimator.cancel import Cancelled, CancelToken, running
 
     token = CancelToken(deadline=float("inf"))
     calls = 0

@@ -113,6 +113,7 @@ async def estimate_batch(request: Request) -> Response:
         request.app.state.settings.batch_cost_budget,
         request.url.path,
         grace_s=_BATCH_GRACE_S,
+        kind="batch",
     )
     return Response(content, media_type="application/json")
 
