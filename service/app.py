@@ -18,6 +18,7 @@ from service.api.access_log import AccessLog
 from service.api.auth import ALWAYS_OPEN, AuthMiddleware, TokenStore
 from service.api.bodies import add_body_schemas
 from service.api.concurrency import CpuPool
+from service.api.fast_path import EstimateFastPath, InlinePolicy
 from service.api.middleware import RequestContextMiddleware, configure_logging
 from service.api.problems import install_problem_handlers
 from service.api.response_cache import ResponseCacheMiddleware
@@ -136,6 +137,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.access_log = AccessLog(log_handler) if settings.access_log else None
     app.state.model_store = model_store(app, settings)
     app.state.cpu_pool = _cpu_pool(settings, app.state.metrics)
+    app.state.inline_policy = InlinePolicy(max_inline_s=settings.inline_estimate_max_ms / 1000)
     install_problem_handlers(app)
     add_body_schemas(app, estimates.BODY_MODELS)
     # Estimates first: routes are matched in order, and they are most of the traffic.
@@ -146,7 +148,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(ui.router)
     app.include_router(docs.router)
     app.include_router(scheduling.router)
-    # Innermost: a replayed answer still gets the read deadline, request id, metrics and log.
+    # Innermost: cheap estimates answered on the loop (a miss of the response cache).
+    app.add_middleware(EstimateFastPath)
+    # Then: a replayed answer still gets the read deadline, request id, metrics and log.
     app.add_middleware(
         ResponseCacheMiddleware,
         metrics=app.state.metrics,

@@ -129,6 +129,14 @@ class Settings(BaseSettings):
         le=600,
         description="Seconds an estimate (or a batch) may take, queueing included (503 after).",
     )
+    inline_estimate_max_ms: float = Field(
+        1.0,
+        ge=0,
+        le=50,
+        description="An estimate of a kind last measured at most this long (ms) runs on the "
+        "event loop instead of the pool (no thread hop), within half of the loop's time; 0 "
+        "runs every estimate on the pool.",
+    )
     admission_deadline_s: float = Field(
         3.0,
         gt=0,

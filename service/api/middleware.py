@@ -20,9 +20,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import random
 import re
 import time
-import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,6 +35,8 @@ from service.api.problems import KINDS, PROBLEM_MEDIA_TYPE, problem_body
 from service.application.metrics import Metrics
 
 error_logger = logging.getLogger("service.errors")
+# A generator of the process's own, seeded from os.urandom when created.
+_random_bits = random.Random().getrandbits
 
 _REQUEST_ID_HEADER = b"x-request-id"
 # An echoed id must be safe to log and to put back in a header.
@@ -120,7 +122,7 @@ class RequestContextMiddleware:
         if scope["method"] in ("POST", "PUT", "PATCH"):
             headers = [h for h in headers if h[0] != b"content-type"]
             headers.append((b"content-type", b"application/json"))
-        request_id = request_id or uuid.uuid4().hex
+        request_id = request_id or _new_request_id()
         scope["headers"] = headers
         scope.setdefault("state", {})["request_id"] = request_id
         status = 500
@@ -243,6 +245,13 @@ class _Template:
 
     def __init__(self, path: str) -> None:
         self.path = path
+
+
+def _new_request_id() -> str:
+    # 128 random bits as 32 hex digits, like uuid4().hex, from the process's Mersenne Twister
+    # (seeded from os.urandom at start): an id must be unique, not secret, and uuid4's
+    # getrandom() call per request cost 15 µs under load (bench/profile.txt).
+    return f"{_random_bits(128):032x}"
 
 
 async def _refuse_body() -> Message:

@@ -8,6 +8,8 @@ resolved in service/application/resolve.py; a batch's cost is checked against it
 
 from __future__ import annotations
 
+import time
+from collections.abc import Hashable
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
@@ -16,6 +18,7 @@ from pydantic import ValidationError
 from service.api.bodies import documented_body, parse_body
 from service.api.concurrency import Cancelled, checkpoint, run_on_body
 from service.api.cost import BatchOverBudget, batch_cost
+from service.api.fast_path import cost_class, estimate_bytes
 from service.api.problems import (
     KINDS,
     domain_error_parts,
@@ -56,20 +59,26 @@ def _catalogs(request: Request) -> Catalogs:
 
 
 def _estimate(
-    raw: bytes, body_type: type[EstimateBody], catalogs: Catalogs, metrics: Metrics
-) -> tuple[bytes, Observation]:
+    raw: bytes, body_type: type[EstimateBody], state: Any, path: str
+) -> tuple[bytes, Observation, Hashable | None, float]:
     """Parse, answer and serialize one estimate; runs on a pool thread (service/api/bodies.py
-    says why the parsing is there too)."""
-    rendered, observation = run_estimate(parse_body(raw, body_type), catalogs, metrics)
-    return rendered.model_dump_json().encode(), observation
+    says why the parsing is there too). Also its cost class and the CPU time it took, for the
+    inline policy (service/api/fast_path.py)."""
+    started = time.thread_time()
+    body = parse_body(raw, body_type)
+    content, observation = estimate_bytes(body, body_type, state)
+    return content, observation, cost_class(path, body), time.thread_time() - started
 
 
 async def _single(body_type: type[EstimateBody], request: Request) -> Response:
     # Off the event loop, under the pool's admission control and deadline, so probes and
-    # metrics answer while estimates run (service/api/concurrency.py).
-    content, observation = await run_on_body(
-        request, _estimate, body_type, _catalogs(request), request.app.state.metrics
+    # metrics answer while estimates run (service/api/concurrency.py). Requests of a kind
+    # measured cheap are answered on the loop before they get here (service/api/fast_path.py).
+    state = request.app.state
+    content, observation, key, seconds = await run_on_body(
+        request, _estimate, body_type, state, request.url.path
     )
+    state.inline_policy.observe(key, seconds)
     # For the response cache: a replayed answer counts in the domain metrics like this one.
     setattr(request.state, OBSERVATION_KEY, observation)
     return Response(content, media_type="application/json")
