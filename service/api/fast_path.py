@@ -15,10 +15,12 @@ pool). The policy that decides is :class:`InlinePolicy`, measured rather than pr
   run took longer goes back to the pool. A posted ``hf_config`` never runs here: every new
   config is a new architecture whose engine setups are built from nothing (milliseconds).
 * **the loop's turn**: between two polls of the loop's sockets, inline estimates may take
-  at most ``max_turn_s`` (10 ms) together; past it, requests go to the pool until the loop
-  has polled again. A probe or any other request waits for the loop's current turn to end,
-  so this bounds that wait whatever the load (64 connections of 1 ms estimates would
-  otherwise make a 64 ms turn).
+  at most ``max_turn_s`` (10 ms) together; past it, a request waits for the next turn (the
+  loop polls its sockets first), up to ``max_waits`` turns, then goes to the pool (which
+  refuses it when full). A probe or any other request waits for the loop's current turn to
+  end, so this bounds that wait whatever the load (64 connections of 1 ms estimates would
+  otherwise make a 64 ms turn); waiting a turn rather than going to the pool at once keeps
+  the loop and the pool thread from taking the GIL from each other every switch interval.
 
 A request the loop would answer with an error (a body that does not validate, an estimate that
 raises) is handed to the route with its body, which answers it as always: errors have one
@@ -79,20 +81,31 @@ class InlinePolicy:
     """Which estimates run on the event loop (see the module docstring)."""
 
     def __init__(
-        self, max_inline_s: float = 0.001, max_turn_s: float = 0.01, classes: int = 4096
+        self,
+        max_inline_s: float = 0.001,
+        max_turn_s: float = 0.01,
+        max_waits: int = 3,
+        classes: int = 4096,
     ) -> None:
         self.max_inline_s = max_inline_s
         self.max_turn_s = max_turn_s
+        self.max_waits = max_waits
         self.costs: cachetools.LRUCache[Hashable, float] = cachetools.LRUCache(classes)
         self.turn_s = 0.0  # inline time in the loop's current turn
         self.turn_open = False
 
+    def cheap(self, key: Hashable | None) -> bool:
+        """Whether estimates of this kind run on the loop (their last cost was low)."""
+        cost = self.costs.get(key) if key is not None else None
+        return cost is not None and cost <= self.max_inline_s
+
+    def has_turn(self) -> bool:
+        """Whether the loop's current turn has room for another inline estimate."""
+        return self.turn_s < self.max_turn_s
+
     def inline(self, key: Hashable | None) -> bool:
         """Whether an estimate of this kind runs on the loop now."""
-        if key is None:
-            return False
-        cost = self.costs.get(key)
-        return cost is not None and cost <= self.max_inline_s and self.turn_s < self.max_turn_s
+        return self.cheap(key) and self.has_turn()
 
     def spent(self, seconds: float, loop: asyncio.AbstractEventLoop) -> None:
         """Loop time an inline estimate took, counted until the loop polls its sockets again
@@ -143,6 +156,12 @@ class EstimateFastPath:
             except Exception:  # the route answers it, with its 422
                 body = None
         key = cost_class(path, body) if body is not None else None
+        waits = 0
+        while body is not None and policy.cheap(key) and not policy.has_turn():
+            if waits == policy.max_waits:
+                break
+            waits += 1
+            await asyncio.sleep(0)  # the next turn, after the loop has polled its sockets
         if body is None or not policy.inline(key) or path not in self.routes:
             await self.app(scope, _replaying(first, receive), send)
             if scope.get("route") is not None:

@@ -162,3 +162,20 @@ def test_inline_work_between_two_polls_of_the_loop_is_capped() -> None:
         return still, capped, policy.inline("cheap")
 
     assert asyncio.run(turn()) == (True, False, True)
+
+
+def test_past_its_turn_a_cheap_request_waits_for_the_next_one() -> None:
+    from service.api.fast_path import EstimateFastPath
+
+    policy = InlinePolicy(max_inline_s=0.001, max_turn_s=0.01, max_waits=3)
+    policy.observe("cheap", 0.0005)
+
+    async def scenario() -> tuple[bool, bool]:
+        loop = asyncio.get_running_loop()
+        policy.spent(0.02, loop)  # this turn is over its budget
+        waited = not policy.inline("cheap")
+        await asyncio.sleep(0)  # one turn later
+        return waited, policy.inline("cheap")
+
+    assert asyncio.run(scenario()) == (True, True)
+    assert EstimateFastPath  # the middleware that waits (service/api/fast_path.py)
