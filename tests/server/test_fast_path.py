@@ -164,18 +164,54 @@ def test_inline_work_between_two_polls_of_the_loop_is_capped() -> None:
     assert asyncio.run(turn()) == (True, False, True)
 
 
-def test_past_its_turn_a_cheap_request_waits_for_the_next_one() -> None:
-    from service.api.fast_path import EstimateFastPath
+def test_past_its_turn_a_cheap_request_waits_for_the_next_one(
+    inline_client: TestClient, pool_runs: PoolRuns
+) -> None:
+    app = inline_client.app
+    assert _post(inline_client, LLAMA).status_code == 200  # the route is known from now on
+    policy = app.state.inline_policy  # type: ignore[attr-defined]
+    policy.observe(
+        cost_class("/v1/estimate/inference", InferenceRequestBody.model_validate(LLAMA)), 0.0
+    )
+    runs = pool_runs.count
 
-    policy = InlinePolicy(max_inline_s=0.001, max_turn_s=0.01, max_waits=3)
-    policy.observe("cheap", 0.0005)
+    def request(seq: int) -> int:
+        body = json.dumps({**LLAMA, "sequence_length": seq}).encode()
+        sent: list[int] = []
 
-    async def scenario() -> tuple[bool, bool]:
-        loop = asyncio.get_running_loop()
-        policy.spent(0.02, loop)  # this turn is over its budget
-        waited = not policy.inline("cheap")
-        await asyncio.sleep(0)  # one turn later
-        return waited, policy.inline("cheap")
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": body, "more_body": False}
 
-    assert asyncio.run(scenario()) == (True, True)
-    assert EstimateFastPath  # the middleware that waits (service/api/fast_path.py)
+        async def send(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                sent.append(message["status"])
+
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "POST",
+            "scheme": "http",
+            "path": "/v1/estimate/inference",
+            "raw_path": b"/v1/estimate/inference",
+            "root_path": "",
+            "query_string": b"",
+            "headers": [(b"content-type", b"application/json")],
+            "client": ("127.0.0.1", 1),
+            "server": ("127.0.0.1", 8000),
+            "app": app,
+            "state": {},
+        }
+
+        async def run() -> None:
+            policy.spent(1.0, asyncio.get_running_loop())  # this turn is spent
+            await app(scope, receive, send)
+
+        asyncio.run(run())
+        return sent[0]
+
+    assert request(6100) == 200
+    assert pool_runs.count == runs  # it waited a turn, then ran on the loop
+    policy.max_waits = 0
+    assert request(6101) == 200
+    assert pool_runs.count == runs + 1  # not allowed to wait: the pool
