@@ -22,10 +22,11 @@ with two, bench/results.md).
 * **Deadline**: `deadline_s` (default `LLMMEM_ESTIMATE_DEADLINE_S`) counts from admission,
   queueing included. Past it the caller gets `DeadlineExceeded` (503), and the work is told to
   stop.
-* **Cancellation**: the work gets a `CancelToken`, set when the deadline passes or the client
-  disconnects (its `http.disconnect` arrives). Long work calls `checkpoint()` between items
-  (e.g. between the items of a batch); it raises `Cancelled` once the token is set, so the
-  thread is free again within one item. Work that never calls it runs to its end (a thread
+* **Cancellation**: the work gets a `CancelToken` (service/estimator/cancel.py), set when the
+  deadline passes or the client disconnects (its `http.disconnect` arrives). Long work calls
+  `checkpoint()` between items (the items of a batch, the containers of an admission review,
+  the nodes of an extender call, every evaluation of the estimator's searches); it raises
+  `Cancelled` once the token is set, so the thread is free again within one item. Work that never calls it runs to its end (a thread
   cannot be stopped from outside); its slot stays taken until then, so admission stays honest.
 
 Use from a route::
