@@ -64,14 +64,15 @@ def _post(client: TestClient, body: dict[str, Any], path: str = "/v1/estimate/in
 def test_a_kind_measured_cheap_runs_on_the_loop_with_the_same_answer(
     inline_client: TestClient, pool_client: TestClient, pool_runs: PoolRuns
 ) -> None:
+    policy = inline_client.app.state.inline_policy  # type: ignore[attr-defined]
+    # Whatever a loaded machine measures, this kind counts as cheap here: what is checked is
+    # that a kind measured cheap runs on the loop and answers as the route does.
+    policy.max_inline_s = 60.0
     first = _post(inline_client, {**LLAMA, "sequence_length": 4096})
     assert first.status_code == 200
     assert pool_runs.count == 1  # not measured yet: the pool, which measures it
-    policy = inline_client.app.state.inline_policy  # type: ignore[attr-defined]
     key = cost_class("/v1/estimate/inference", InferenceRequestBody.model_validate(LLAMA))
-    assert key in policy.costs
-    if policy.costs[key] > policy.max_inline_s:  # a cold setup: measured again, warm
-        _post(inline_client, {**LLAMA, "sequence_length": 4097})
+    assert 0 < policy.costs[key] < policy.max_inline_s
     runs = pool_runs.count
     answers = [_post(inline_client, {**LLAMA, "sequence_length": 5000 + i}) for i in range(5)]
     assert pool_runs.count == runs  # all five on the loop
@@ -91,6 +92,7 @@ def test_inline_answers_are_counted_and_cached_like_the_route(
     assert _post(inline_client, {**LLAMA, "sequence_length": 7000}).status_code == 200
     assert pool_runs.count == 1  # the route had not been seen: the usual way, once
     policy.observe(key, 0.0)  # measured cheap
+    policy.max_inline_s = 60.0  # and stays so, whatever a loaded machine measures next
     registry = inline_client.app.state.metrics.registry  # type: ignore[attr-defined]
     labels = {"method": "POST", "route": "/v1/estimate/inference", "status": "200"}
     before = registry.get_sample_value("http_requests_total", labels) or 0
@@ -170,6 +172,7 @@ def test_past_its_turn_a_cheap_request_waits_for_the_next_one(
     app = inline_client.app
     assert _post(inline_client, LLAMA).status_code == 200  # the route is known from now on
     policy = app.state.inline_policy  # type: ignore[attr-defined]
+    policy.max_inline_s = 60.0  # cheap whatever a loaded machine measures
     policy.observe(
         cost_class("/v1/estimate/inference", InferenceRequestBody.model_validate(LLAMA)), 0.0
     )
