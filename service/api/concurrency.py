@@ -26,8 +26,9 @@ with two, bench/results.md).
   deadline passes or the client disconnects (its `http.disconnect` arrives). Long work calls
   `checkpoint()` between items (the items of a batch, the containers of an admission review,
   the nodes of an extender call, every evaluation of the estimator's searches); it raises
-  `Cancelled` once the token is set, so the thread is free again within one item. Work that never calls it runs to its end (a thread
-  cannot be stopped from outside); its slot stays taken until then, so admission stays honest.
+  `Cancelled` once the token is set, so the thread is free again within one item. Work that
+  never calls it runs to its end (a thread cannot be stopped from outside); its slot stays
+  taken until then, so admission stays honest.
 
 Use from a route::
 
