@@ -131,7 +131,10 @@ def store_files(server: harness.Server, limit: MemoryLimit, tmp: Path, seconds: 
         + (f"; cgroup peak {limit.peak() / MiB:.0f} MiB" if limit.peak() else ""),
         0 < peak_rss < TARGET_RSS,
     )
-    status, raw = harness.request(server.url + "/readyz", timeout=10)
+    try:
+        status, raw = harness.request(server.url + "/readyz", timeout=10)
+    except OSError as exc:  # the worker is gone (OOM-killed)
+        status, raw = 0, str(exc).encode()
     store = json.loads(raw).get("store", {}) if status == 200 else {}
     phase.check(
         "the store indexed the real model, skipped the array file, and kept rescanning",
