@@ -215,6 +215,7 @@ def test_past_its_turn_a_cheap_request_waits_for_the_next_one(
 
     assert request(6100) == 200
     assert pool_runs.count == runs  # it waited a turn, then ran on the loop
-    policy.max_waits = 0
+    assert policy.waiting == 0
+    policy.max_waiting = 0
     assert request(6101) == 200
-    assert pool_runs.count == runs + 1  # not allowed to wait: the pool
+    assert pool_runs.count == runs + 1  # no room to wait: the pool
