@@ -19,7 +19,11 @@ from service.api.auth import ALWAYS_OPEN, AuthMiddleware, TokenStore
 from service.api.bodies import add_body_schemas
 from service.api.concurrency import CpuPool
 from service.api.fast_path import EstimateFastPath, InlinePolicy
-from service.api.middleware import RequestContextMiddleware, configure_logging
+from service.api.middleware import (
+    RequestContextMiddleware,
+    SheddingMiddleware,
+    configure_logging,
+)
 from service.api.problems import install_problem_handlers
 from service.api.response_cache import ResponseCacheMiddleware
 from service.api.routes import docs, estimates, gpus, health, models, scheduling, ui
@@ -157,8 +161,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         max_bytes=settings.response_cache_bytes,
         max_request_bytes=settings.response_cache_max_request_bytes,
     )
-    # Outer three: a 408 for a trickled body still gets the request id, metrics and log.
+    # Outer ones: a 408 for a trickled body still gets the request id, metrics and log.
     app.add_middleware(RequestReadTimeoutMiddleware, timeout_s=settings.request_read_timeout_s)
+    # Before anything reads the body: a request the pool has no slot for costs a 503.
+    app.add_middleware(SheddingMiddleware)
     if settings.auth_enabled:
         # Before anything reads the body: an unauthenticated caller costs a header scan.
         open_paths = ALWAYS_OPEN | ({"/metrics"} if not settings.metrics_require_auth else set())

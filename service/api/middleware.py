@@ -98,7 +98,6 @@ class RequestContextMiddleware:
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
         self.access_log = access_log
-        self.refusals = _Refusals(RETRY_AFTER_S)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -165,9 +164,6 @@ class RequestContextMiddleware:
         # ignores it.
         receive_app: Receive = _refuse_body if declared_length > limit else receive_within_limit
         try:
-            pooled = scope["method"] == "POST" and scope["path"] in POOLED_PATHS
-            if pooled and await self._shed(scope, inner, send_with_id, request_id):
-                return
             await self.app(inner, receive_app, send_with_id)
         except asyncio.CancelledError:
             # The server cancels what is still running when the graceful-shutdown period ends.
@@ -209,8 +205,27 @@ class RequestContextMiddleware:
                     request_id, method, scope["path"], template, status, elapsed, client
                 )
 
-    async def _shed(self, scope: Scope, inner: Scope, send: Send, request_id: str) -> bool:
-        """Refuse (503) a pooled request the pool has no slot for; True if it was refused."""
+
+class SheddingMiddleware:
+    """Refuses (503, Retry-After) a pooled request the estimate pool has no slot for, before
+    its body is read and before routing (see the module docstring). Inside the request-context
+    middleware (request id, metrics, access log) and authentication, outside everything that
+    reads the body."""
+
+    def __init__(self, app: ASGIApp, retry_after_s: float = RETRY_AFTER_S) -> None:
+        self.app = app
+        self.refusals = _Refusals(retry_after_s)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            scope["type"] != "http"
+            or scope["method"] != "POST"
+            or scope["path"] not in POOLED_PATHS
+            or not await self._refused(scope, send)
+        ):
+            await self.app(scope, receive, send)
+
+    async def _refused(self, scope: Scope, send: Send) -> bool:
         pool = scope["app"].state.cpu_pool
         kind = "batch" if scope["path"] == BATCH_PATH else "single"
         if not pool.full(kind):
@@ -225,13 +240,13 @@ class RequestContextMiddleware:
         if client:
             self.refusals.note(client, loop.time())
         refusal = pool.refuse(kind)
-        inner["route"] = _Template(scope["path"])
+        scope["route"] = _Template(scope["path"])
         await _send_problem(
             send,
             503,
             str(refusal),
             scope["path"],
-            request_id,
+            scope.get("state", {}).get("request_id", ""),
             kind=KINDS["overloaded"],
             extra=[(b"retry-after", str(refusal.retry_after_s).encode())],
         )

@@ -122,7 +122,7 @@ def test_a_full_pool_refuses_before_routing_without_reading_the_body(app: Any) -
 def test_a_connection_back_before_its_retry_after_is_held_then_admitted(app: Any) -> None:
     middleware = app.middleware_stack  # built by the lifespan
     while not hasattr(middleware, "refusals"):
-        middleware = middleware.app
+        middleware = middleware.app  # down the stack to the shedding middleware
     middleware.refusals.retry_after_s = 0.2  # short, so that the test waits little
     pool = app.state.cpu_pool
     client = ("10.0.0.2", 40000)
@@ -154,3 +154,24 @@ def test_refusals_are_remembered_per_connection_and_bounded() -> None:
         refusals.note(("a", port), now=12.0)
     assert len(refusals.last) == 3
     assert ("a", 1) not in refusals.last  # the oldest went first
+
+
+def test_authentication_comes_before_shedding(tmp_path: Any) -> None:
+    tokens = tmp_path / "tokens"
+    tokens.write_text("s3cret\n")
+    settings = Settings(access_log=False, cpu_threads=1, cpu_queue=0, auth_tokens_path=tokens)
+    application = create_app(settings)
+    with TestClient(application) as client:
+        pool = application.state.cpu_pool
+        pool.reserve()
+        try:
+            anonymous = client.post("/v1/estimate/inference", json=INFERENCE)
+            known = client.post(
+                "/v1/estimate/inference",
+                json=INFERENCE,
+                headers={"Authorization": "Bearer s3cret"},
+            )
+        finally:
+            pool.release_reservation()
+    assert anonymous.status_code == 401
+    assert known.status_code == 503
