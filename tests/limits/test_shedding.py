@@ -158,7 +158,7 @@ def test_refusals_are_remembered_per_connection_and_bounded() -> None:
 
 def test_authentication_comes_before_shedding(tmp_path: Any) -> None:
     tokens = tmp_path / "tokens"
-    tokens.write_text("s3cret\n")
+    tokens.write_text("s3cret-token-for-the-shedding-test\n")
     settings = Settings(access_log=False, cpu_threads=1, cpu_queue=0, auth_tokens_path=tokens)
     application = create_app(settings)
     with TestClient(application) as client:
@@ -169,7 +169,7 @@ def test_authentication_comes_before_shedding(tmp_path: Any) -> None:
             known = client.post(
                 "/v1/estimate/inference",
                 json=INFERENCE,
-                headers={"Authorization": "Bearer s3cret"},
+                headers={"Authorization": "Bearer s3cret-token-for-the-shedding-test"},
             )
         finally:
             pool.release_reservation()
