@@ -10,12 +10,14 @@ A file or model that cannot be read is skipped with its reason (logged and kept 
 
 Headers are re-read only for files whose size or modification time changed since the last
 scan; a scan reads at most ``max_header_bytes_per_scan`` bytes of headers, visits at most
-``max_entries`` directory entries and indexes at most ``max_models`` models.
+``max_entries`` directory entries and indexes at most ``max_models`` models holding at most
+``max_index_bytes`` in memory.
 
 What a scan holds in memory is bounded whatever the files say (issue 28 §1): each header is
 streamed (:mod:`.gguf_file`, :mod:`.safetensors_header`, :mod:`.json_stream`), so reading one
 costs about a megabyte of buffer and the reader's small records; a ``config.json`` is parsed
-only if the bound of what its parse allocates fits ``json_parse_budget``; the parse cache keeps
+only if the bound of what its parse allocates fits ``json_parse_budget``; the index's entries
+are held to ``max_index_bytes``; the parse cache keeps
 per-file totals, not tensor lists; and each model's files must be read within
 ``read_timeout_s``.
 """
@@ -34,6 +36,7 @@ from typing import Any
 
 from service.estimator.checkpoint import MTP, TEXT, VISION, CheckpointWeights
 from service.estimator.errors import EstimatorError
+from service.estimator.memo import deep_size
 from service.estimator.model import Architecture, ParameterCounts, count_parameters, read_config
 from service.model_store.deadline import ReadTimeout
 from service.model_store.gguf_file import GgufError, quant_tag, read_gguf, split_part
@@ -69,8 +72,12 @@ class ScanLimits:
     max_gguf_metadata_bytes: int = 64 * 2**20
     max_header_bytes_per_scan: int = 2**30
     max_models: int = 2000
+    # What the index's entries may hold in memory (their architectures and byte counts, as
+    # the estimator's cache measures objects): a catalog model's is 16 KiB at the median and
+    # 34 KiB at most, but a config may ask for 1024 layers.
+    max_index_bytes: int = 64 * 2**20
     read_timeout_s: float = 10.0
-    json_parse_budget: int = 32 * 2**20
+    json_parse_budget: int = 16 * 2**20
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,17 +292,25 @@ def _entries_of(
     return out
 
 
+def _architecture(path: Path, budget: int) -> Architecture:
+    """The architecture a ``config.json`` describes (its parsed JSON is not kept)."""
+    try:
+        config = _read_json(path, budget)
+    except (ValueError, OSError) as exc:
+        raise ValueError(f"config.json is not JSON: {exc}") from None
+    if not isinstance(config, dict):
+        raise ValueError("config.json is not a JSON object")
+    try:
+        return read_config(config)
+    except EstimatorError as exc:
+        raise ValueError(f"config.json: {exc.detail}") from None
+
+
 def _hf_entry(scan: _Scan, model: ModelDir, root_index: int, config_path: Path) -> StoreEntry:
     budget = scan.limits.json_parse_budget
-    config = scan.cached(("json", *_key(config_path)), lambda: _read_json(config_path, budget), 0)
-    if isinstance(config, _Failed):
-        raise _ModelSkip(f"config.json is not JSON: {config.reason}")
-    if not isinstance(config, dict):
-        raise _ModelSkip("config.json is not a JSON object")
-    try:
-        arch = read_config(config)
-    except EstimatorError as exc:
-        raise _ModelSkip(f"config.json: {exc.detail}") from None
+    arch = scan.cached(("arch", *_key(config_path)), lambda: _architecture(config_path, budget), 0)
+    if isinstance(arch, _Failed):
+        raise _ModelSkip(arch.reason)
     checkpoint, notes = _safetensors_entry(scan, model, arch)
     return StoreEntry(
         id=model.id,
@@ -361,6 +376,8 @@ def build_index(
     scan = _Scan(limits, previous_cache or {})
     entries: dict[str, StoreEntry] = {}
     skipped: list[Skipped] = []
+    index_bytes = 0
+    budget_spent = False  # from then on, models are skipped unread
     for root_index, root in enumerate(roots):
         if not root.is_dir():
             skipped.append(Skipped(root_index, ".", "not a directory"))
@@ -373,11 +390,14 @@ def build_index(
             )
         skipped.extend(Skipped(root_index, s.path, s.reason) for s in skips)
         for model in models:
-            if len(entries) >= limits.max_models:
+            if len(entries) >= limits.max_models or budget_spent:
                 scan.complete = False
-                skipped.append(
-                    Skipped(root_index, model.path, f"model limit ({limits.max_models}) reached")
+                why = (
+                    f"the index's memory budget ({limits.max_index_bytes} bytes) is spent"
+                    if budget_spent
+                    else f"model limit ({limits.max_models}) reached"
                 )
+                skipped.append(Skipped(root_index, model.path, why))
                 continue
             scan.start_model()
             try:
@@ -401,6 +421,19 @@ def build_index(
                         )
                     )
                     continue
+                size = deep_size(entry)
+                if index_bytes + size > limits.max_index_bytes:
+                    scan.complete = False
+                    budget_spent = True
+                    skipped.append(
+                        Skipped(
+                            root_index,
+                            entry.path,
+                            f"the index's memory budget ({limits.max_index_bytes} bytes) is spent",
+                        )
+                    )
+                    continue
+                index_bytes += size
                 entries[key] = entry
     for s in skipped:
         if previous is None or s not in previous.skipped:

@@ -290,3 +290,34 @@ def test_a_json_bomb_config_is_refused_before_it_is_parsed(tmp_path: Path) -> No
     assert index.entries == {}
     assert "budget" in index.skipped[0].reason
     assert peak < len(raw) + CEILING  # the raw bytes, never their parse
+
+
+def test_the_index_holds_its_entries_to_a_memory_budget(tmp_path: Path) -> None:
+    # Configs of 1024 layers (the reader's bound) make large architectures; the index stops
+    # taking, and reading, models once its budget is spent.
+    from service.estimator.memo import deep_size
+
+    config = {
+        "model_type": "llama",
+        "architectures": ["LlamaForCausalLM"],
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_hidden_layers": 1024,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "vocab_size": 1000,
+    }
+    for i in range(6):
+        directory = tmp_path / "org" / f"deep{i}"
+        directory.mkdir(parents=True)
+        (directory / "config.json").write_text(json.dumps({**config, "intermediate_size": 512 + i}))
+    whole, _ = build_index((tmp_path,))
+    sizes = [deep_size(e) for e in whole.all()]
+    assert len(sizes) == 6
+    budget = sum(sorted(sizes)[:2]) + min(sizes) // 2  # room for two entries, not three
+    index, cache = build_index((tmp_path,), ScanLimits(max_index_bytes=budget))
+    assert len(index.entries) == 2
+    assert sum(deep_size(e) for e in index.all()) <= budget
+    assert not index.complete
+    assert sum("memory budget" in s.reason for s in index.skipped) == 4
+    assert len(cache) <= 3  # the models past the budget were not even read
