@@ -67,7 +67,8 @@ def review(obj: Any, uid: str = "u-28") -> dict[str, Any]:
 
 
 class Counted:
-    """``check_plan`` wrapped to count its calls; ``after`` calls, ``on_call`` runs."""
+    """``check_plan`` wrapped to count its calls; when the ``after``-th returns, ``on_call``
+    runs."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.calls = 0
@@ -77,9 +78,10 @@ class Counted:
 
         def counted(*args: Any, **kwargs: Any) -> Any:
             self.calls += 1
+            result = original(*args, **kwargs)
             if self.after is not None and self.calls == self.after:
                 self.on_call()
-            return original(*args, **kwargs)
+            return result
 
         monkeypatch.setattr(admission, "check_plan", counted)
 
