@@ -88,10 +88,13 @@ class Overloaded(Exception):
     """Every slot of the pool is taken: answered 503 with Retry-After."""
 
     def __init__(self, capacity: int, kind: str = "single") -> None:
-        what = "estimates are" if kind == "single" else "batches are"
+        if kind == "single":
+            what = f"{capacity} estimates are already running or waiting"
+        else:
+            what = f"{capacity} batch{'es are' if capacity != 1 else ' is'} already running"
         super().__init__(
-            f"{capacity} {what} already running or waiting on this replica; retry "
-            f"after {RETRY_AFTER_S} s (another replica may answer sooner)."
+            f"{what} on this replica; retry after {RETRY_AFTER_S} s (another replica may "
+            "answer sooner)."
         )
         self.retry_after_s = RETRY_AFTER_S
 

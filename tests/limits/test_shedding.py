@@ -29,7 +29,7 @@ def test_batches_hold_at_most_one_slot_per_thread() -> None:
     pool = CpuPool(threads=1, queue=4, deadline_s=5)
     pool.reserve("batch")
     assert pool.full("batch") and not pool.full("single")
-    with pytest.raises(Overloaded, match="1 batches are already running"):
+    with pytest.raises(Overloaded, match="1 batch is already running"):
         pool.reserve("batch")
     for _ in range(4):
         pool.reserve("single")
