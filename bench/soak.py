@@ -59,7 +59,10 @@ WORKERS = 12
 BURST_SIZE = 100
 BURST_EVERY_S = 7.0
 MiB = 2**20
-SHUTDOWN_SINGLES = 26
+# In flight at SIGTERM: as many as one worker admits (service/api/concurrency.py: 1 thread
+# and 32 waiting, of which one batch per thread), less the 4 held requests.
+SHUTDOWN_BATCHES = 1
+SHUTDOWN_SINGLES = 27
 
 
 @dataclass
@@ -367,9 +370,13 @@ async def shutdown_under_load(server: harness.Server, grace_s: int) -> dict[str,
             finished.append(time.monotonic())
             return response
 
-        tasks = [asyncio.create_task(timed("/v1/estimate/batch", big_batch)) for _ in range(2)]
-        # As many as one worker admits (1 thread + 32 waiting by default, less the 2 batches
-        # and the 4 held requests): more would be shed with 503 by design, not lost.
+        tasks = [
+            asyncio.create_task(timed("/v1/estimate/batch", big_batch))
+            for _ in range(SHUTDOWN_BATCHES)
+        ]
+        # As many as one worker admits (1 thread + 32 waiting by default, of which one batch
+        # per thread, less the batch and the 4 held requests): more would be shed with 503 by
+        # design, not lost.
         tasks += [
             asyncio.create_task(timed("/v1/estimate/inference", single))
             for _ in range(SHUTDOWN_SINGLES)
@@ -446,7 +453,8 @@ def render(data: dict[str, Any], mix: list[Scenario]) -> str:
         f"after warm-up (5-15 s), {growth['end'] / MiB:.1f} MiB over the last 10 s, max "
         f"{growth['max'] / MiB:.1f} MiB: growth **{growth['growth'] * 100:+.1f}%** "
         f"(limit +{GROWTH_LIMIT * 100:.0f}%).",
-        f"- SIGTERM with {shutdown['in_flight']} requests in flight (2 batches of 1000, "
+        f"- SIGTERM with {shutdown['in_flight']} requests in flight "
+        f"({SHUTDOWN_BATCHES} batch of 1000, "
         f"{SHUTDOWN_SINGLES} single estimates, 4 requests with half-sent bodies finished after "
         "the signal): "
         f"{shutdown['statuses']}, {shutdown['completed_after_signal']} of them completed after "
