@@ -297,7 +297,7 @@ async def fill_caches(
             await asyncio.gather(*requests)
             sent += len(requests)
             metrics = (await client.get("/metrics")).text
-            held = re.search(r"^estimate_response_cache_bytes (\S+)$", metrics, re.MULTILINE)
+            held = re.search(r"^llmmem_estimate_response_cache_bytes (\S+)$", metrics, re.MULTILINE)
             if held and float(held.group(1)) >= 0.97 * cache_bytes:
                 break
     return sent

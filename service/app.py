@@ -145,13 +145,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_problem_handlers(app)
     add_body_schemas(app, estimates.BODY_MODELS)
     # Estimates first: routes are matched in order, and they are most of the traffic.
-    app.include_router(estimates.router)
-    app.include_router(health.router)
-    app.include_router(gpus.router)
-    app.include_router(models.router)
-    app.include_router(ui.router)
-    app.include_router(docs.router)
-    app.include_router(scheduling.router)
+    routers = (
+        estimates.router,
+        health.router,
+        gpus.router,
+        models.router,
+        ui.router,
+        docs.router,
+        scheduling.router,
+    )
+    for router in routers:
+        app.include_router(router)
     # Innermost: cheap estimates answered on the loop (a miss of the response cache).
     app.add_middleware(EstimateFastPath)
     # Then: a replayed answer still gets the read deadline, request id, metrics and log.
@@ -180,5 +184,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         metrics=app.state.metrics,
         max_body_bytes=settings.max_body_bytes,
         access_log=app.state.access_log,
+        # What a request answered before routing (401, 408, 413) is counted under.
+        routes=tuple(route for router in routers for route in router.routes),
     )
     return app

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from starlette.exceptions import HTTPException
+from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.api.access_log import AccessLog
@@ -43,15 +44,16 @@ _REQUEST_ID_HEADER = b"x-request-id"
 _VALID_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 _JSON_TYPES = (b"application/json", b"application/problem+json")
 UNMATCHED_ROUTE = "unmatched"
-BATCH_PATH = "/v1/estimate/batch"
+# Routes that take a batch slot of the pool: several estimates per request.
+BATCH_PATHS = frozenset({"/v1/estimate/batch", "/v1/estimate/colocated"})
 # Routes whose work runs on the estimate pool (service/api/concurrency.py), refused here when
-# it is full. Their templates have no parameters, so the path is the metrics' route label.
-# /v1/admission is not among them: the webhook answers a saturated replica with a review.
+# it is full. /v1/admission is not among them: the webhook answers a saturated replica with a
+# review.
 POOLED_PATHS = frozenset(
     {
         "/v1/estimate/inference",
         "/v1/estimate/finetune",
-        "/v1/estimate/batch",
+        *BATCH_PATHS,
         "/v1/preflight",
         "/v1/extender/filter",
         "/v1/extender/prioritize",
@@ -93,11 +95,13 @@ class RequestContextMiddleware:
         metrics: Metrics,
         max_body_bytes: int,
         access_log: AccessLog | None = None,
+        routes: Sequence[BaseRoute] = (),
     ) -> None:
         self.app = app
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
         self.access_log = access_log
+        self.routes = tuple(routes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -195,8 +199,7 @@ class RequestContextMiddleware:
             )
         finally:
             elapsed = time.perf_counter() - start
-            route = inner.get("route")
-            template = getattr(route, "path", None) or UNMATCHED_ROUTE
+            template = route_template(inner, self.routes)
             method = scope["method"]
             self.metrics.observe_request(method, template, status, elapsed)
             if self.access_log is not None and self.access_log.enabled():
@@ -227,7 +230,7 @@ class SheddingMiddleware:
 
     async def _refused(self, scope: Scope, send: Send) -> bool:
         pool = scope["app"].state.cpu_pool
-        kind = "batch" if scope["path"] == BATCH_PATH else "single"
+        kind = "batch" if scope["path"] in BATCH_PATHS else "single"
         if not pool.full(kind):
             return False
         loop = asyncio.get_running_loop()
@@ -240,7 +243,8 @@ class SheddingMiddleware:
         if client:
             self.refusals.note(client, loop.time())
         refusal = pool.refuse(kind)
-        scope["route"] = _Template(scope["path"])
+        # No scope["route"]: the request-context middleware labels it by matching the app's
+        # routes (route_template), as it does a 401 or a 408.
         await _send_problem(
             send,
             503,
@@ -253,20 +257,32 @@ class SheddingMiddleware:
         return True
 
 
-class _Template:
-    """The route label of a request answered before routing."""
-
-    __slots__ = ("path",)
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-
 def _new_request_id() -> str:
     # 128 random bits as 32 hex digits, like uuid4().hex, from the process's Mersenne Twister
     # (seeded from os.urandom at start): an id must be unique, not secret, and uuid4's
     # getrandom() call per request cost 15 µs under load (bench/profile.txt).
     return f"{_random_bits(128):032x}"
+
+
+def route_template(scope: Scope, routes: Sequence[BaseRoute] = ()) -> str:
+    """The template of the route a request matched, for metrics and the access log.
+
+    Routing sets ``scope["route"]``. A request answered before routing (a 401 from the auth
+    middleware, a 408 while its body is read, a 413) never reaches the router, so its route is
+    found by matching ``routes`` (the app's, in routing order) against the request, as the
+    router would; only a path no route matches is ``unmatched``.
+    """
+    route = scope.get("route")
+    if route is not None:
+        return getattr(route, "path", None) or UNMATCHED_ROUTE
+    partial = None
+    for candidate in routes:
+        match, _ = candidate.matches(scope)
+        if match is Match.FULL:
+            return getattr(candidate, "path", None) or UNMATCHED_ROUTE
+        if match is Match.PARTIAL and partial is None:
+            partial = getattr(candidate, "path", None)  # the path matches, the method not
+    return partial or UNMATCHED_ROUTE
 
 
 async def _refuse_body() -> Message:

@@ -73,6 +73,9 @@ class KvLayout:
     linear: LinearAttentionSpec | None = None
     tp: int = 1
     state_dtype_bytes: float = 2.0  # the model dtype, which linear-attention states keep
+    # A speculative drafter's KV bytes per token on this GPU, held for every token beside the
+    # target's layers (:mod:`service.estimator.speculative`).
+    extra_token_bytes: int = 0
 
     @property
     def layers(self) -> int:
@@ -98,12 +101,12 @@ class KvLayout:
     @property
     def full_token_bytes(self) -> int:
         """Bytes one token costs on every layer of the stage (no window saving)."""
-        return self.layer_token_bytes * self.layers
+        return self.layer_token_bytes * self.layers + self.extra_token_bytes
 
     def prefill_bytes(self, prompt_tokens: int) -> int:
         """One sequence's DynamicCache right after the prefill: every layer holds the prompt."""
         kv = self.layers * prompt_tokens * self.layer_token_bytes
-        return kv + self.sequence_state_bytes
+        return kv + prompt_tokens * self.extra_token_bytes + self.sequence_state_bytes
 
     def decode_bytes(self, total_tokens: int) -> int:
         """One sequence's DynamicCache at `total_tokens`: sliding layers keep their window,
@@ -115,7 +118,7 @@ class KvLayout:
         if self.chunked_layers:
             sliding += self.chunked_layers * min(total_tokens, self.chunk or total_tokens)
         kv = (self.full_layers * total_tokens + sliding) * self.layer_token_bytes
-        return kv + self.sequence_state_bytes
+        return kv + total_tokens * self.extra_token_bytes + self.sequence_state_bytes
 
 
 @lru_cache(maxsize=1024)

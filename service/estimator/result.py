@@ -65,6 +65,7 @@ class FitReason(StrEnum):
     OUTSIDE_BUDGET_EXCEEDED = "outside_budget_exceeded"
     KV_POOL_BELOW_ONE_SEQUENCE = "kv_pool_below_one_sequence"
     WORKLOAD_EXCEEDS_MEMORY = "workload_exceeds_memory"
+    HOST_MEMORY_EXCEEDED = "host_memory_exceeded"
 
 
 #: What each reason means, for people (the summary and the docs use these words).
@@ -85,6 +86,10 @@ REASON_TEXT: Mapping[FitReason, str] = {
         "refuses to start"
     ),
     FitReason.WORKLOAD_EXCEEDS_MEMORY: "the requested batch and sequence length exceed memory",
+    FitReason.HOST_MEMORY_EXCEEDED: (
+        "what the engine holds in host memory (offloaded weights, adapter and KV caches, swap) "
+        "exceeds the memory the pod may use: the kubelet would kill it"
+    ),
 }
 
 
@@ -113,3 +118,5 @@ class Fit:
     layout: Layout | None = None
     min_gpu_layout: Layout | None = None
     engine_args: tuple[str, ...] | None = None
+    # Why ``min_gpu_layout`` is that layout (the form operators run, what smaller fails).
+    min_gpu_layout_reason: str | None = None

@@ -1,10 +1,14 @@
 """The store's index: every model found under the store roots, built from headers only.
 
 For each model directory (:mod:`.layout`) the index reads ``config.json`` (its
-``quantization_config`` included), ``model.safetensors.index.json`` (``metadata.total_size``)
-and the header of every ``.safetensors`` file, or the metadata and tensor infos of its
-``.gguf`` files, and builds the :class:`~service.estimator.model.Architecture` and the
-checkpoint's exact bytes per component (:class:`~service.estimator.checkpoint.CheckpointWeights`).
+``quantization_config`` included), ``model.safetensors.index.json`` (``metadata.total_size``
+and the ``weight_map`` of tensors to shards) and the header of every shard present, or the
+metadata and tensor infos of its ``.gguf`` files, and builds the
+:class:`~service.estimator.model.Architecture` and the checkpoint's exact bytes per component
+(:class:`~service.estimator.checkpoint.CheckpointWeights`), whatever the family. Shards the
+index lists but the directory lacks (a download in progress, a metadata-only copy) count with
+the bytes the index's total leaves after the shards present; ``.safetensors`` files the index
+does not list (``consolidated.safetensors``) are another packaging and are not counted.
 A file or model that cannot be read is skipped with its reason (logged and kept in
 :attr:`StoreIndex.skipped`); nothing stops the index.
 
@@ -17,9 +21,8 @@ What a scan holds in memory is bounded whatever the files say (issue 28 §1): ea
 streamed (:mod:`.gguf_file`, :mod:`.safetensors_header`, :mod:`.json_stream`), so reading one
 costs about a megabyte of buffer and the reader's small records; a ``config.json`` is parsed
 only if the bound of what its parse allocates fits ``json_parse_budget``; the index's entries
-are held to ``max_index_bytes``; the parse cache keeps
-per-file totals, not tensor lists; and each model's files must be read within
-``read_timeout_s``.
+are held to ``max_index_bytes``; the parse cache keeps per-file totals and each index's shard
+names, not tensor lists; and each model's files must be read within ``read_timeout_s``.
 """
 
 from __future__ import annotations
@@ -151,7 +154,7 @@ class _Scan:
             value = read()
         except ReadTimeout as exc:
             self.header_bytes += cost
-            return _Failed(str(exc))
+            return _Failed(str(exc), retry=True)
         except (HeaderError, GgufError, JsonBoundError, OSError, ValueError) as exc:
             value = _Failed(str(exc))
         except Exception as exc:  # a hostile file must never stop the scan
@@ -168,6 +171,7 @@ class _Budget(Exception):
 @dataclass(frozen=True, slots=True)
 class _Failed:
     reason: str
+    retry: bool = False  # past the read deadline: not kept, read again next scan
 
 
 def _key(path: Path) -> tuple[Any, ...]:
@@ -179,25 +183,6 @@ def _read_json(path: Path, budget: int) -> Any:
     if path.stat().st_size > _MAX_JSON_BYTES:
         raise ValueError(f"larger than {_MAX_JSON_BYTES} bytes")
     return loads_bounded(path.read_bytes(), budget)
-
-
-def _index_total_size(path: Path, deadline: float) -> int | None:
-    """``metadata.total_size`` of a ``model.safetensors.index.json``, read member by member:
-    its ``weight_map`` (megabytes for a large sharded model) is skipped unbuilt."""
-    total: Any = None
-    with path.open("rb") as f:
-        reader = ObjectReader(f, path.stat().st_size, deadline=deadline)
-        for key in reader.members():
-            if key == "weight_map":
-                reader.skip_strings()
-                continue
-            value = reader.value()
-            if key == "metadata" and isinstance(value, dict):
-                total = value.get("total_size")
-        reader.end()
-    if isinstance(total, bool) or not isinstance(total, int | float | str):
-        return None
-    return int(total)
 
 
 def _safetensors_totals(
@@ -223,16 +208,101 @@ def _component(name: str, num_layers: int) -> str:
     return TEXT
 
 
+@dataclass(frozen=True, slots=True)
+class _ShardIndex:
+    """``model.safetensors.index.json``: the checkpoint's total, and for each shard file it
+    lists the checkpoint components its tensors belong to (not the tensor names: a large
+    model's ``weight_map`` is megabytes)."""
+
+    total: int | None
+    shards: Mapping[str, frozenset[str]]  # shard file -> components of its tensors
+
+
+# Shard files one index may list (the largest public checkpoints have a few hundred), and the
+# length of a shard's name (NAME_MAX: a longer one cannot be a file of the directory).
+_MAX_SHARDS = 10_000
+_MAX_SHARD_NAME = 255
+
+
+def _read_shard_index(path: Path, num_layers: int, deadline: float) -> _ShardIndex:
+    """The index read member by member (:class:`ObjectReader`), its ``weight_map`` one pair
+    at a time, so what it holds is bounded by ``_MAX_SHARDS`` names whatever the file says.
+    A ``weight_map`` value that is not a shard file beside the index is ignored."""
+    total: Any = None
+    shards: dict[str, set[str]] = {}
+    with path.open("rb") as f:
+        reader = ObjectReader(f, path.stat().st_size, deadline=deadline)
+        for key in reader.members():
+            if key == "weight_map" and reader.peek() == "{":
+                for tensor, shard in reader.string_members():
+                    if not shard.endswith(".safetensors") or "/" in shard:
+                        continue
+                    if len(shard) > _MAX_SHARD_NAME:
+                        raise JsonBoundError(f"a shard name longer than {_MAX_SHARD_NAME}")
+                    kinds = shards.get(shard)
+                    if kinds is None:
+                        if len(shards) >= _MAX_SHARDS:
+                            raise JsonBoundError(f"more than {_MAX_SHARDS} shard files")
+                        kinds = shards[shard] = set()
+                    kinds.add(_component(tensor, num_layers))
+                continue
+            value = reader.value()
+            if key == "metadata":
+                total = value.get("total_size") if isinstance(value, dict) else None
+        reader.end()
+    if isinstance(total, str) and total.isdigit():
+        total = int(total)
+    if not isinstance(total, int) or isinstance(total, bool) or total < 0:
+        total = None
+    return _ShardIndex(total, MappingProxyType({k: frozenset(v) for k, v in shards.items()}))
+
+
+def _shard_index(
+    scan: _Scan, model: ModelDir, arch: Architecture, notes: list[str]
+) -> _ShardIndex | None:
+    path = model.files.get("model.safetensors.index.json")
+    if path is None:
+        return None
+    index = scan.cached(
+        ("idx", *_key(path), arch.num_layers),
+        lambda: _read_shard_index(path, arch.num_layers, scan.deadline()),
+        path.stat().st_size,
+    )
+    if isinstance(index, _Failed):
+        if index.retry:  # past the read deadline: the totals would be wrong, try next scan
+            raise _ModelSkip(f"model.safetensors.index.json: {index.reason}")
+        notes.append(f"model.safetensors.index.json unreadable ({index.reason}): ignored")
+        return None
+    assert isinstance(index, _ShardIndex)
+    return index
+
+
 def _safetensors_entry(
     scan: _Scan, model: ModelDir, arch: Architecture
 ) -> tuple[CheckpointWeights | None, list[str]]:
+    """The checkpoint's bytes by component: the headers of its shards, and for shards the
+    directory lacks (a partial download, a metadata-only copy) the index's ``total_size``
+    less the shards present. With an index, only the shards it lists are the transformers
+    checkpoint (``consolidated.safetensors`` beside them is another format of the same
+    weights)."""
     notes: list[str] = []
-    names = sorted(n for n in model.files if n.endswith(".safetensors") and "/" not in n)
-    if not names:
-        return None, ["no .safetensors files: weights from the config"]
+    shards = _shard_index(scan, model, arch, notes)
+    present = sorted(n for n in model.files if n.endswith(".safetensors") and "/" not in n)
+    listed = sorted(shards.shards) if shards and shards.shards else None
+    if listed is not None:
+        others = [n for n in present if n not in listed]
+        if others:
+            notes.append(
+                f"{', '.join(others[:3])} not listed in model.safetensors.index.json: not counted "
+                "(another packaging of the weights)"
+            )
+        present = [n for n in present if n in listed]
+    total = shards.total if shards else None
+    if not present and total is None:
+        return None, [*notes, "no .safetensors files: weights from the config"]
     components: dict[str, int] = {}
     cap = scan.limits.max_safetensors_header_bytes
-    for name in names:
+    for name in present:
         path = model.files[name]
         cost = min(path.stat().st_size, cap + 8)
         totals = scan.cached(
@@ -244,21 +314,52 @@ def _safetensors_entry(
             raise _ModelSkip(f"{name}: {totals.reason}")
         for c, nbytes in totals:
             components[c] = components.get(c, 0) + nbytes
-    index_total = None
-    index_path = model.files.get("model.safetensors.index.json")
-    if index_path is not None:
-        try:
-            index_total = _index_total_size(index_path, scan.deadline())
-        except (OSError, ValueError):
-            notes.append("model.safetensors.index.json unreadable: ignored")
     header_total = sum(components.values())
-    if index_total is not None and index_total != header_total:
+    missing = [n for n in listed or () if n not in present]
+    if total is not None and (missing or not present):
+        _add_missing_shards(components, shards, missing, total, header_total, arch, notes)
+    elif total is not None and total != header_total:
         notes.append(
-            f"model.safetensors.index.json gives total_size {index_total} bytes, the headers "
+            f"model.safetensors.index.json gives total_size {total} bytes, the headers "
             f"{header_total}: the headers are used"
         )
     checkpoint = CheckpointWeights("safetensors", tuple(sorted(components.items())))
     return checkpoint, notes
+
+
+def _add_missing_shards(
+    components: dict[str, int],
+    shards: _ShardIndex | None,
+    missing: list[str],
+    total: int,
+    header_total: int,
+    arch: Architecture,
+    notes: list[str],
+) -> None:
+    """The bytes of the shards the directory lacks, from the index's ``total_size``, under
+    the component their tensors belong to (by the index's ``weight_map``)."""
+    rest = total - header_total
+    if rest < 0:
+        notes.append(
+            f"model.safetensors.index.json gives total_size {total} bytes, less than the "
+            f"headers present ({header_total}): the headers are used"
+        )
+        return
+    kinds = {k for f in missing for k in (shards.shards[f] if shards else ())} or {TEXT}
+    target = next(iter(kinds)) if len(kinds) == 1 else TEXT
+    components[target] = components.get(target, 0) + rest
+    what = (
+        f"{len(missing)} shard(s) listed in it are not in the directory"
+        if missing
+        else ("no shard is in the directory")
+    )
+    note = (
+        f"weights from model.safetensors.index.json: {what}; their {rest} bytes taken from "
+        f"its metadata.total_size ({total} bytes in all)"
+    )
+    if len(kinds) > 1:
+        note += f" and counted as {TEXT} (they hold {', '.join(sorted(kinds))} tensors)"
+    notes.append(note)
 
 
 class _ModelSkip(Exception):

@@ -175,26 +175,35 @@ class ObjectReader:
         self._char()
         return self._parse(_DECODER.raw_decode)
 
+    def peek(self) -> str:
+        """The next character that is not whitespace ("" at the end), not consumed."""
+        return self._char()
+
+    def string_members(self) -> Iterator[tuple[str, str]]:
+        """The members of an object whose values are strings (``weight_map``), one pair in
+        memory at a time; a value that is not a string is a JsonBoundError."""
+        self._expect("{")
+        if self._char() == "}":
+            self.pos += 1
+            return
+        count = 0
+        while True:
+            key = self._string()
+            self._expect(":")
+            yield key, self._string()
+            count += 1
+            if count % 4096 == 0:
+                check_deadline(self.deadline, "the JSON")
+            if self._expect(",}") == "}":
+                return
+
     def skip_strings(self) -> int:
         """Skip an object whose values are strings (or a string): one string in memory at a
         time. Returns the number of members skipped."""
         if self._char() == '"':
             self._string()
             return 0
-        count = 0
-        self._expect("{")
-        if self._char() == "}":
-            self.pos += 1
-            return 0
-        while True:
-            self._string()
-            self._expect(":")
-            self._string()
-            count += 1
-            if count % 4096 == 0:
-                check_deadline(self.deadline, "the JSON")
-            if self._expect(",}") == "}":
-                return count
+        return sum(1 for _ in self.string_members())
 
     def end(self) -> None:
         """Only whitespace may follow the object."""

@@ -21,7 +21,12 @@ from pydantic import ValidationError
 from service.application.convert import inference_request
 from service.application.estimate_service import Catalogs, run_estimate
 from service.application.metrics import Metrics
-from service.application.resolve import ad_hoc_gpu, resolve_gpu, resolve_model
+from service.application.resolve import (
+    ad_hoc_gpu,
+    resolve_gpu,
+    resolve_model,
+    resolve_speculative,
+)
 from service.estimator import memo
 from service.estimator.answer import ModelSpec
 from service.estimator.errors import EstimatorError
@@ -134,7 +139,8 @@ def prepare(plan: Plan, catalogs: Catalogs) -> Prepared | ReadProblem:
         return ReadProblem(_field_source(plan, field), str(first.get("msg", "invalid value")))
     try:
         model = resolve_model(body, catalogs.models, catalogs.store)
-        return Prepared(plan, body, model, inference_request(body))
+        speculative = resolve_speculative(body.speculative, catalogs.models, catalogs.store)
+        return Prepared(plan, body, model, inference_request(body, speculative))
     except EstimatorError as exc:
         return _problem(plan, exc)
 
@@ -239,6 +245,10 @@ def check_plan(
         try:
             specs.append((ref, resolve_gpu(catalogs.gpus, ref)))
         except EstimatorError as exc:
+            if memory_bytes is not None:
+                # The request gives the memory of a product the catalog does not know.
+                specs.append((ref, ad_hoc_gpu(memory_bytes)))
+                continue
             problems.append(
                 ReadProblem(
                     plan.gpu_source or "gpu",
@@ -254,8 +264,8 @@ def check_plan(
     estimate: EstimateResponse | None = None
     body = plan.with_gpu()
     if len(specs) == 1:
-        ref = specs[0][0]
-        memory = ref.startswith("memory:")
+        ref, spec = specs[0]
+        memory = spec.ref.startswith("memory:")
         body = plan.with_gpu(memory_bytes=memory_bytes) if memory else plan.with_gpu(ref)
     if with_estimate:
         try:

@@ -11,6 +11,7 @@ so does an object with more serving containers than the limit table allows
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -22,7 +23,8 @@ from service.estimator.cancel import checkpoint
 from service.estimator.errors import InvalidRequest
 from service.scheduling.check import Check, as_json, check_plan
 from service.scheduling.plan import Plan, plan_command, plan_workload
-from service.schemas.limits import LIMITS
+from service.scheduling.training import training_preflight
+from service.schemas.limits import LIMITS, OverLimits
 from service.workloads.commands import parse_command
 from service.workloads.kubernetes import ServingWorkload, WorkloadReading, read_workloads
 from service.workloads.sources import ReadProblem, Sourced, WorkloadError
@@ -34,6 +36,7 @@ __all__ = [
     "image_at",
     "plans_for_object",
     "preflight",
+    "with_overrides",
 ]
 
 _STEP = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
@@ -69,12 +72,46 @@ def _field(prefix: str, source: str) -> str:
 
 @dataclass(frozen=True)
 class Overrides:
-    """What the request adds where the workload does not say."""
+    """What the request adds where the workload does not say: what the estimate endpoint
+    takes for the model (a catalog id or a posted config, a weight format) and the GPU."""
 
     model: str | None = None
     gpu: str | None = None
     gpu_memory_bytes: int | None = None
     gpu_count: int | None = None
+    hf_config: Mapping[str, Any] | None = None
+    weight_format: str | None = None
+
+
+def with_overrides(plan: Plan, overrides: Overrides) -> Plan:
+    """``plan`` with the request's model config and weight format: a posted ``hf_config``
+    replaces the model the workload names (its name labels the config when it has none); a
+    ``weight_format`` fills in where the workload's flags set none."""
+    body = dict(plan.body)
+    sources = dict(plan.sources)
+    notes = list(plan.notes)
+    if overrides.hf_config is not None:
+        config = dict(overrides.hf_config)
+        name = body.pop("model", None)
+        if isinstance(name, str) and not config.get("_name_or_path"):
+            config["_name_or_path"] = name  # what transformers records, for the summary
+        body["hf_config"] = config
+        sources.pop("model", None)
+        sources["hf_config"] = "request hf_config"
+        notes.append(f"the model{f' {name}' if name else ''} priced from the posted hf_config")
+    if overrides.weight_format is not None:
+        own = body.get("weight_format")
+        if own is None:
+            body["weight_format"] = overrides.weight_format
+            sources["weight_format"] = "request weight_format"
+        elif own != overrides.weight_format:
+            notes.append(
+                f"the request's weight_format {overrides.weight_format} is not used: the "
+                f"workload sets {own} ({sources.get('weight_format', 'its flags')})"
+            )
+    if body == plan.body and notes == list(plan.notes):
+        return plan
+    return dataclasses.replace(plan, body=body, sources=sources, notes=tuple(dict.fromkeys(notes)))
 
 
 def _at(obj: object, path: str) -> object:
@@ -129,7 +166,7 @@ def plans_for_object(
         if problem is not None:
             problems.append(problem)
         elif plan is not None:
-            plans.append((workload, plan))
+            plans.append((workload, with_overrides(plan, overrides)))
     return reading, plans, problems
 
 
@@ -155,7 +192,8 @@ def result_json(check: Check, workload: ServingWorkload | None) -> dict[str, Any
         "model": {
             "value": plan.model_given.given if plan.model_given else None,
             "source": plan.model.source if plan.model else None,
-            "catalog_id": plan.model.value if plan.model else None,
+            # A posted config stands in for the model: no catalog entry answered.
+            "catalog_id": plan.model.value if plan.model and "model" in plan.body else None,
         },
         "options": [o.as_json() for o in plan.options],
         "layout": {
@@ -189,8 +227,28 @@ def preflight(
     overrides: Overrides,
     catalogs: Catalogs,
     metrics: Metrics,
+    files: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The pre-flight answer (JSON-ready, estimates as response models)."""
+    # Training jobs (trainer command lines, PyTorchJob, TrainJob, ...): their own branch.
+    try:
+        training = training_preflight(
+            command=command,
+            obj=obj,
+            files=files,
+            model=overrides.model,
+            gpu=overrides.gpu,
+            gpu_memory_bytes=overrides.gpu_memory_bytes,
+            gpu_count=overrides.gpu_count,
+            catalogs=catalogs,
+            metrics=metrics,
+        )
+    except OverLimits as exc:
+        raise ObjectOverLimits(exc.detail) from None
+    if isinstance(training, list):
+        raise WorkloadUnreadable(training, "object" if obj is not None else "command")
+    if training is not None:
+        return training
     pairs: list[tuple[ServingWorkload | None, Plan]] = []
     others: list[dict[str, Any]] = []
     prefix = "object" if obj is not None else "command"
@@ -225,7 +283,7 @@ def preflight(
         )
         if problem is not None or plan is None:
             raise WorkloadUnreadable([problem] if problem else [], prefix)
-        pairs = [(None, plan)]
+        pairs = [(None, with_overrides(plan, overrides))]
     results: list[dict[str, Any]] = []
     failures: list[ReadProblem] = []
     for workload, plan in pairs:

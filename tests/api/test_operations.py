@@ -54,7 +54,7 @@ def test_metrics_label_by_route_template_not_raw_path(client: TestClient) -> Non
     assert 'route="/v1/gpus/{gpu_id}"' in text
     assert "no-such-gpu" not in text and "/no/such/path" not in text
     assert re.search(
-        r'http_requests_total\{method="GET",route="unmatched",status="404"\} [2-9]', text
+        r'llmmem_http_requests_total\{method="GET",route="unmatched",status="404"\} [2-9]', text
     )
     assert "http_request_duration_seconds_bucket" in text
     assert "process_resident_memory_bytes" in text
@@ -128,4 +128,6 @@ def test_unexpected_exception_is_a_500_problem_without_trace() -> None:
     assert response.headers["content-type"].startswith(PROBLEM)
     assert "secret" not in response.text and "Traceback" not in response.text
     assert "x-request-id" in response.headers
-    assert re.search(r'http_requests_total\{method="GET",route="/boom",status="500"\} 1', metrics)
+    assert re.search(
+        r'llmmem_http_requests_total\{method="GET",route="/boom",status="500"\} 1', metrics
+    )

@@ -24,6 +24,7 @@ from service.app import create_app
 from service.estimator.cancel import CancelToken, running
 from service.scheduling import admission
 from service.scheduling import check as check_module
+from service.scheduling import training as training_module
 from service.scheduling.admission import decide
 from service.schemas.limits import LIMITS, object_problem
 from service.settings import Settings
@@ -149,11 +150,14 @@ def test_preflight_and_the_extender_refuse_what_admission_does_not_check(
     names = [f"n{i}" for i in range(LIMITS.nodes + 1)]
     answer = client.post("/v1/extender/filter", json={"Pod": vllm_pod(1), "NodeNames": names})
     assert answer.status_code == 422 and f"at most {LIMITS.nodes}" in answer.text
-    # Over the containers bound the extender judges nothing: every node passes.
+    # Over the containers bound the extender judges nothing: every node comes back as it
+    # came, and Error says why (a pod it cannot judge).
     node = {"metadata": {"name": "n1", "labels": {"nvidia.com/gpu.product": "NVIDIA-L4"}}}
     answer = client.post("/v1/extender/filter", json={"Pod": many, "Nodes": {"items": [node]}})
     assert answer.status_code == 200
     assert [n["metadata"]["name"] for n in answer.json()["Nodes"]["items"]] == ["n1"]
+    assert "too_many_containers" in answer.json()["Error"]
+    assert "500 serving containers" in answer.json()["Error"]
 
 
 def test_the_batch_route_shares_the_items_bound(client: TestClient) -> None:
@@ -193,15 +197,16 @@ def test_past_its_deadline_a_review_stops_between_containers(
     token = CancelToken(deadline=float("inf"))
     counted.after, counted.on_call = 3, lambda: token.cancel("deadline")
     with running(token):
-        response = decide(_request(10), "warn", catalogs, metrics)
+        response, verdicts = decide(_request(10), "warn", catalogs, metrics)
     assert counted.calls == 3  # the third container finished; the fourth never began
+    assert len(verdicts) == 3  # the checked ones keep their verdicts
     assert response.allowed
     assert any("with 3 of 10 containers checked" in w for w in response.warnings)
     # Under deny, the unchecked review is denied with the reason.
     token, counted.calls = CancelToken(deadline=float("inf")), 0
     counted.on_call = lambda: token.cancel("deadline")
     with running(token):
-        denied = decide(_request(10), "warn", catalogs, metrics, policy="deny")
+        denied, _ = decide(_request(10), "warn", catalogs, metrics, policy="deny")
     assert counted.calls == 3
     assert denied.allowed is False and denied.code == 403
     assert denied.message is not None and "LLMMEM_ADMISSION_UNCHECKED=deny" in denied.message
@@ -248,3 +253,96 @@ def test_a_review_queued_past_its_deadline_is_answered_without_running() -> None
             future.result(timeout=10)
     assert response["allowed"] is True
     assert any("did not start or finish within 0.05 s" in w for w in response["warnings"])
+
+
+# --------------------------------------------------------------------------------------------
+# Training jobs: the same bounds and deadlines
+
+TRL = f"trl sft --model_name_or_path {LLAMA_8B} --per_device_train_batch_size 1 --max_length 1024"
+
+
+def training_pod(containers: int) -> dict[str, Any]:
+    """A Pod of ``containers`` trl trainers with one GPU each."""
+    spec = {
+        "nodeSelector": {"nvidia.com/gpu.product": H100},
+        "containers": [
+            {
+                "name": f"trl-{i}",
+                "image": "huggingface/trl",
+                "command": ["sh", "-c", f"{TRL} --seed {i}"],
+                "resources": {"limits": {"nvidia.com/gpu": "1"}},
+            }
+            for i in range(containers)
+        ],
+    }
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "trainers"}, "spec": spec}
+
+
+class CountedTraining:
+    """``check_training`` (admission and pre-flight) and ``plan_training`` (the extender)
+    wrapped to count their calls; when the ``after``-th check returns, ``on_call`` runs."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.checks = 0
+        self.plans = 0
+        self.after: int | None = None
+        self.on_call: Any = None
+        check, plan = training_module.check_training, training_module.plan_training
+
+        def counted_check(*args: Any, **kwargs: Any) -> Any:
+            self.checks += 1
+            result = check(*args, **kwargs)
+            if self.after is not None and self.checks == self.after:
+                self.on_call()
+            return result
+
+        def counted_plan(*args: Any, **kwargs: Any) -> Any:
+            self.plans += 1
+            return plan(*args, **kwargs)
+
+        monkeypatch.setattr(training_module, "check_training", counted_check)
+        monkeypatch.setattr(training_module, "plan_training", counted_plan)
+
+
+def test_training_containers_share_the_containers_bound(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counted = CountedTraining(monkeypatch)
+    many = training_pod(LIMITS.containers + 1)
+    expected = f"{LIMITS.containers + 1} training containers; at most {LIMITS.containers}"
+    response = _response(client, review(many))
+    assert response["allowed"] is True
+    assert any(expected in w for w in response["warnings"])
+    answer = client.post("/v1/preflight", json={"object": many})
+    assert answer.status_code == 422 and expected in answer.text
+    node = {"metadata": {"name": "n1", "labels": {"nvidia.com/gpu.product": H100}}}
+    args = {"Pod": many, "Nodes": {"items": [node]}}
+    answer = client.post("/v1/extender/filter", json=args)
+    assert answer.status_code == 200 and "too_many_containers" in answer.json()["Error"]
+    answer = client.post("/v1/extender/prioritize", json=args)
+    assert answer.status_code == 422 and "too_many_containers" in answer.text
+    assert counted.checks == 0 and counted.plans == 0  # nothing sized
+
+
+def test_past_its_deadline_a_training_review_stops_between_containers(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from service.application.estimate_service import app_catalogs
+
+    counted = CountedTraining(monkeypatch)
+    state = client.app.state  # type: ignore[attr-defined]
+    catalogs, metrics = app_catalogs(state), state.metrics
+    request = read_admission_review(review(training_pod(5)))
+    token = CancelToken(deadline=float("inf"))
+    counted.after, counted.on_call = 2, lambda: token.cancel("deadline")
+    with running(token):
+        response, verdicts = decide(request, "warn", catalogs, metrics)  # type: ignore[arg-type]
+    assert counted.checks == 2 and len(verdicts) == 2
+    assert response.allowed
+    assert any("with 2 of 5 containers checked" in w for w in response.warnings)
+    token, counted.checks = CancelToken(deadline=float("inf")), 0
+    counted.on_call = lambda: token.cancel("deadline")
+    with running(token):
+        denied, _ = decide(request, "warn", catalogs, metrics, policy="deny")  # type: ignore[arg-type]
+    assert counted.checks == 2
+    assert denied.allowed is False and denied.code == 403

@@ -115,8 +115,26 @@ def test_a_full_pool_refuses_before_routing_without_reading_the_body(app: Any) -
     assert answer["body"]["instance"] == "/v1/estimate/inference"
     metrics = app.state.metrics.registry
     labels = {"method": "POST", "route": "/v1/estimate/inference", "status": "503"}
-    assert metrics.get_sample_value("http_requests_total", labels) == 1
-    assert metrics.get_sample_value("estimate_pool_rejected_total", {"reason": "overloaded"}) == 1
+    assert metrics.get_sample_value("llmmem_http_requests_total", labels) == 1
+    assert (
+        metrics.get_sample_value("llmmem_estimate_pool_rejected_total", {"reason": "overloaded"})
+        == 1
+    )
+
+
+def test_a_colocated_request_takes_a_batch_slot(app: Any) -> None:
+    # Up to 16 estimates in one request: refused as a batch is while the batch slot is taken.
+    pool = app.state.cpu_pool
+    pool.reserve("batch")
+    try:
+        body = json.dumps({"gpu": "l4", "workloads": [INFERENCE]}).encode()
+        status, answer, reads = _call(app, "/v1/estimate/colocated", body, ("10.0.0.9", 1))
+    finally:
+        pool.release_reservation("batch")
+    assert (status, reads) == (503, 0)
+    assert "batch is already running" in answer["body"]["detail"]
+    labels = {"method": "POST", "route": "/v1/estimate/colocated", "status": "503"}
+    assert app.state.metrics.registry.get_sample_value("llmmem_http_requests_total", labels) == 1
 
 
 def test_a_connection_back_before_its_retry_after_is_held_then_admitted(app: Any) -> None:

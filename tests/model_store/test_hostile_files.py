@@ -321,3 +321,63 @@ def test_the_index_holds_its_entries_to_a_memory_budget(tmp_path: Path) -> None:
     assert not index.complete
     assert sum("memory budget" in s.reason for s in index.skipped) == 4
     assert len(cache) <= 3  # the models past the budget were not even read
+
+
+# --------------------------------------------------------------------------------------------
+# model.safetensors.index.json: its weight_map streamed, its shards bounded
+
+
+def _index_file(directory: Path, tensors: int, shards: int, total: int) -> Path:
+    """An index of ``tensors`` entries over ``shards`` shard files (none of them present),
+    written as text so that the test never holds the map as objects."""
+    directory.mkdir(parents=True)
+    (directory / "config.json").write_text(json.dumps(TINY_CONFIG))
+    entries = ",".join(
+        f'"model.layers.{i % 2}.w{i}.weight":"model-{i % shards:05d}-of-{shards:05d}.safetensors"'
+        for i in range(tensors)
+    )
+    text = '{"metadata":{"total_size":' + str(total) + '},"weight_map":{' + entries + "}}"
+    path = directory / "model.safetensors.index.json"
+    path.write_text(text)
+    return path
+
+
+TINY_CONFIG = {
+    "model_type": "llama",
+    "architectures": ["LlamaForCausalLM"],
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 256,
+}
+
+
+def test_a_large_weight_map_is_read_in_constant_memory(tmp_path: Path) -> None:
+    # 100k and 400k tensors over 8 shards (a 400k-entry map is about 30 MB of JSON; parsed
+    # whole, hundreds of MiB): the index keeps 8 shard names, whatever the map's length.
+    def scan(tensors: int) -> tuple[int, Any]:
+        root = tmp_path / str(tensors)
+        _index_file(root / "org" / "sharded", tensors, 8, 123_456)
+        return peak_bytes(lambda: build_index((root,), ScanLimits(read_timeout_s=3600)))
+
+    peak_small, (small, _) = scan(100_000)
+    peak_large, (large, _) = scan(400_000)
+    for index in (small, large):
+        entry = index.get("org/sharded")
+        assert entry is not None and entry.checkpoint is not None
+        assert entry.checkpoint.total_bytes == 123_456  # no shard present: the index's total
+        assert any("8 shard(s)" in n for n in entry.notes)
+    assert peak_large < CEILING
+    assert peak_large - peak_small < NO_GROWTH
+
+
+def test_an_index_naming_too_many_shards_is_ignored(tmp_path: Path) -> None:
+    from service.model_store.index import _MAX_SHARDS
+
+    _index_file(tmp_path / "org" / "scattered", _MAX_SHARDS + 1, _MAX_SHARDS + 1, 10**9)
+    index, _ = build_index((tmp_path,), ScanLimits(read_timeout_s=3600))
+    entry = index.get("org/scattered")
+    assert entry is not None  # the config still describes the model
+    assert any(f"more than {_MAX_SHARDS} shard files" in n for n in entry.notes)

@@ -95,16 +95,16 @@ def test_inline_answers_are_counted_and_cached_like_the_route(
     policy.max_inline_s = 60.0  # and stays so, whatever a loaded machine measures next
     registry = inline_client.app.state.metrics.registry  # type: ignore[attr-defined]
     labels = {"method": "POST", "route": "/v1/estimate/inference", "status": "200"}
-    before = registry.get_sample_value("http_requests_total", labels) or 0
+    before = registry.get_sample_value("llmmem_http_requests_total", labels) or 0
     estimates = {"kind": "inference", "estimator": "detailed", "engine": "vllm"}
-    counted = registry.get_sample_value("estimates_total", estimates) or 0
+    counted = registry.get_sample_value("llmmem_estimates_total", estimates) or 0
     body = {**LLAMA, "sequence_length": 7777}
     once, twice = _post(inline_client, body), _post(inline_client, body)
     assert pool_runs.count == 1
     assert once.content == twice.content
-    assert registry.get_sample_value("http_requests_total", labels) == before + 2
-    assert registry.get_sample_value("estimates_total", estimates) == counted + 2
-    hits = registry.get_sample_value("estimate_cache_total", {"result": "hit"})
+    assert registry.get_sample_value("llmmem_http_requests_total", labels) == before + 2
+    assert registry.get_sample_value("llmmem_estimates_total", estimates) == counted + 2
+    hits = registry.get_sample_value("llmmem_estimate_cache_total", {"result": "hit"})
     assert hits is not None and hits >= 1  # the second was replayed by the response cache
 
 

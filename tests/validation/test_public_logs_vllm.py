@@ -47,18 +47,52 @@ def test_weights_and_kv_bytes_per_token_within_1_percent(
 
 
 @pytest.mark.parametrize(
-    ("component", "mean_bound", "worst_bound"),
-    [("kv_pool", 0.02, 0.14), ("kv_tokens", 0.02, 0.14), ("max_concurrency", 0.02, 0.14)],
+    ("component", "count", "mean_bound"),
+    [("kv_pool", 36, 0.02), ("kv_tokens", 27, 0.02), ("max_concurrency", 26, 0.02)],
 )
 def test_pool_and_concurrency_reached(
     evaluated: tuple[list[p.Case], list[p.Verdict], list[p.Excluded]],
     component: str,
+    count: int,
     mean_bound: float,
-    worst_bound: float,
 ) -> None:
-    n, mae, worst = _mae(evaluated[0], component)
-    assert n >= 25
-    assert mae <= mean_bound and worst <= worst_bound, (mae, worst)
+    # The docs' figures (docs/accuracy.md): mean <= 2 % over every scored row, the rows of
+    # UNEXPLAINED_POOL included; every other row within 5 %.
+    cases = evaluated[0]
+    n, mae, _ = _mae(cases, component)
+    assert n >= count
+    assert mae <= mean_bound, mae
+    explained = [c for c in cases if c.component == component and c.row not in p.UNEXPLAINED_POOL]
+    assert max(abs(c.error) for c in explained) <= 0.05
+
+
+def test_unexplained_pool_rows_stay_where_the_docs_put_them(
+    evaluated: tuple[list[p.Case], list[p.Verdict], list[p.Excluded]],
+) -> None:
+    errors = {
+        (c.row, c.component): c.error
+        for c in evaluated[0]
+        if c.row in p.UNEXPLAINED_POOL and c.component in ("kv_pool", "kv_tokens")
+    }
+    assert errors[("v_pr17122_l40s", "kv_tokens")] == pytest.approx(0.197, abs=0.01)
+    assert errors[("v_llmd_h100_mistral_small32", "kv_pool")] == pytest.approx(-0.108, abs=0.01)
+
+
+def test_pool_figure_median_per_cell(
+    evaluated: tuple[list[p.Case], list[p.Verdict], list[p.Excluded]],
+) -> None:
+    # Every row's pool figure (bench/validate/public_logs_cells.py): median <= 1 % overall, and
+    # each release-line group's median within the 2 % of the issue except where the docs name
+    # the cause (the 0.8 - 0.10 group holds the unexplained L40S row).
+    from bench.validate import public_logs_cells as cells
+
+    pcs = cells.pool_cases(evaluated[0])
+    assert len(pcs) >= 39
+    assert statistics.median(abs(c.error) for c in pcs) <= 0.01
+    for group, _ in cells.LINE_GROUPS:
+        errs = [abs(c.error) for c in pcs if c.group == group]
+        if errs:
+            assert statistics.median(errs) <= 0.02, group
 
 
 def test_0_10_line_pool_within_the_issue_target(
@@ -91,3 +125,43 @@ def test_start_or_refuse_verdicts(
     assert len(verdicts) >= 42
     assert sum(not v.agrees for v in verdicts) <= 1
     assert {v.printed for v in verdicts} == {"started", "refused"}
+
+
+def test_no_public_log_source_is_a_fit_source() -> None:
+    # Validation by source: a row is out of sample only if no register entry was fitted on a
+    # row of its source (the bare-context issues, the llm-d-planner campaign, ...).
+    from bench.validate import public_logs_cells as cells
+
+    assert len(cells.fit_sources()) >= 8
+    assert cells.shared_sources() == []
+    # The identity used: an issue by its number, committed files by their repository.
+    assert cells.source_of("https://github.com/vllm-project/vllm/issues/10517") == (
+        "vllm-project/vllm#10517"
+    )
+    assert cells.source_of("https://github.com/a/b/blob/0123abc/logs/x.log") == "a/b"
+
+
+def test_every_scored_pool_row_sits_in_one_cell(
+    evaluated: tuple[list[p.Case], list[p.Verdict], list[p.Excluded]],
+) -> None:
+    from bench.validate import public_logs_cells as cells
+
+    pcs = cells.pool_cases(evaluated[0])
+    rows_with_pool = {c.row for c in evaluated[0] if c.component in ("kv_pool", "kv_tokens")}
+    assert {pc.row for pc in pcs} == rows_with_pool
+    _table, empty = cells.cell_table(pcs)
+    groups = [g for g, _ in cells.LINE_GROUPS]
+    assert all(pc.group in groups for pc in pcs)
+    # A cell is named empty exactly when no row falls in it.
+    for group in groups:
+        for family in [f for f, _ in cells.GPU_FAMILIES] + [cells.UNNAMED]:
+            filled = any(pc.group == group and pc.family == family for pc in pcs)
+            assert (f"{group} × {family}" in empty) != filled
+
+
+def test_every_modelled_line_sits_in_one_release_group() -> None:
+    from bench.validate import public_logs_cells as cells
+    from service.estimator.engines.vllm_versions import LINES
+
+    grouped = [line for _, lines in cells.LINE_GROUPS for line in lines]
+    assert sorted(grouped) == sorted(line.name for line in LINES)

@@ -1,4 +1,5 @@
-"""POST /v1/estimate/inference, /v1/estimate/finetune and /v1/estimate/batch.
+"""POST /v1/estimate/inference, /v1/estimate/finetune, /v1/estimate/colocated and
+/v1/estimate/batch.
 
 Parse, answer (service/application/estimate_service.py) on the CPU pool
 (service/api/concurrency.py), serialize. The arithmetic is in service/estimator, the names are
@@ -28,10 +29,12 @@ from service.api.problems import (
     validation_errors,
 )
 from service.api.response_cache import OBSERVATION_KEY
+from service.application.colocation import run_colocated
 from service.application.estimate_service import Catalogs, Observation, app_catalogs, run_estimate
 from service.application.metrics import Metrics
 from service.estimator.errors import EstimatorError, InvalidRequest
 from service.schemas.batch import BatchItem, BatchRequest, BatchResponse, BatchResult
+from service.schemas.colocation import ColocatedRequest, ColocatedResponse
 from service.schemas.estimates import (
     EstimateResponse,
     FinetuneRequestBody,
@@ -44,7 +47,7 @@ ERRORS = problem_responses(400, 404, 413, 422, 503)
 
 EstimateBody = InferenceRequestBody | FinetuneRequestBody
 #: The request bodies these routes parse themselves (documented in the OpenAPI components).
-BODY_MODELS = (InferenceRequestBody, FinetuneRequestBody, BatchRequest)
+BODY_MODELS = (InferenceRequestBody, FinetuneRequestBody, BatchRequest, ColocatedRequest)
 
 _BODIES: dict[str, type[EstimateBody]] = {
     "inference": InferenceRequestBody,
@@ -104,6 +107,39 @@ async def estimate_inference(request: Request) -> Response:
 )
 async def estimate_finetune(request: Request) -> Response:
     return await _single(FinetuneRequestBody, request)
+
+
+@router.post(
+    "/colocated",
+    response_model=ColocatedResponse,
+    summary="Several engines on one GPU (time-slicing or MPS): what each holds, and whether "
+    "they fit together",
+    responses=ERRORS,
+    openapi_extra=documented_body(ColocatedRequest),
+)
+async def estimate_colocated(request: Request) -> Response:
+    # Up to 16 estimates, each possibly a posted config: pooled and bounded as a batch is (a
+    # batch slot, the cost budget, a checkpoint between workloads in run_colocated).
+    content = await run_on_body(
+        request,
+        _colocated,
+        _catalogs(request),
+        request.app.state.metrics,
+        request.app.state.settings.batch_cost_budget,
+        kind="batch",
+    )
+    return Response(content, media_type="application/json")
+
+
+def _colocated(raw: bytes, catalogs: Catalogs, metrics: Metrics, budget: int) -> bytes:
+    """Parse, check the cost, answer and serialize a shared-GPU request; runs on a pool
+    thread."""
+    body = parse_body(raw, ColocatedRequest)
+    requests = ({"hf_config": w.hf_config, "model": w.model} for w in body.workloads)
+    cost = batch_cost(requests, catalogs.models, catalogs.store)
+    if cost > budget:
+        raise BatchOverBudget(cost, budget)
+    return run_colocated(body, catalogs, metrics).model_dump_json().encode()
 
 
 @router.post(

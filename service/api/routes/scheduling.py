@@ -64,7 +64,14 @@ async def _json_body(request: Request) -> object:
     responses=problem_responses(400, 404, 413, 422),
 )
 async def preflight_workload(body: PreflightRequest, request: Request) -> Response:
-    overrides = Overrides(body.model, body.gpu, body.gpu_memory_bytes, body.gpu_count)
+    overrides = Overrides(
+        body.model,
+        body.gpu,
+        body.gpu_memory_bytes,
+        body.gpu_count,
+        hf_config=body.hf_config,
+        weight_format=body.weight_format,
+    )
     answer = await run_cpu_bound(
         request,
         _preflight,
@@ -85,6 +92,7 @@ def _preflight(
         overrides=overrides,
         catalogs=catalogs,
         metrics=metrics,
+        files=body.files,
     )
 
 
@@ -121,6 +129,7 @@ async def _review(request: Request, mode: admission.Mode) -> Response:
             else f"the review did not start or finish within {settings.admission_deadline_s:g} s"
         )
         answer = admission.unchecked_review(body, why, policy)
+        request.app.state.metrics.observe_admission(mode, "unchecked")
     return _json(answer)
 
 
@@ -168,14 +177,16 @@ EXTENDER_DOC = {
     "/v1/extender/filter",
     response_model=ExtenderFilterResultOut,
     summary="kube-scheduler extender filter: nodes whose GPU is too small for the pod's model "
-    "are FailedAndUnresolvableNodes",
+    "are FailedAndUnresolvableNodes; a pod it cannot judge is named in Error",
     responses=problem_responses(400, 413, 422),
     openapi_extra=EXTENDER_DOC,
 )
 async def extender_filter(request: Request) -> Response:
     body = await _json_body(request)
     args = extender.read_args(body)
-    result = await run_cpu_bound(request, extender.filter_nodes, args, _catalogs(request))
+    result = await run_cpu_bound(
+        request, extender.filter_nodes, args, _catalogs(request), request.app.state.metrics
+    )
     return _json(filter_result_json(result))
 
 
@@ -183,12 +194,14 @@ async def extender_filter(request: Request) -> Response:
     "/v1/extender/prioritize",
     response_model=list[HostPriorityOut],
     summary="kube-scheduler extender prioritize: scores 0-10, the node that fits with the "
-    "least memory left idle first",
+    "least memory left idle first; a pod it cannot judge is a 422 (no score)",
     responses=problem_responses(400, 413, 422),
     openapi_extra=EXTENDER_DOC,
 )
 async def extender_prioritize(request: Request) -> Response:
     body = await _json_body(request)
     args = extender.read_args(body)
-    scores = await run_cpu_bound(request, extender.prioritize_nodes, args, _catalogs(request))
+    scores = await run_cpu_bound(
+        request, extender.prioritize_nodes, args, _catalogs(request), request.app.state.metrics
+    )
     return _json(host_priority_list_json(scores))

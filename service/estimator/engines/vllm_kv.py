@@ -18,6 +18,7 @@ in every state group whatever its length.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from service.estimator.kv_cache import KvLayout
@@ -37,6 +38,8 @@ class VllmKvGroups:
     block_size: int
     window: int | None
     state_groups: int = 0  # linear-attention (MambaSpec) groups: one block per request
+    # A drafter's KV bytes per token, allocated with every block (speculative decoding).
+    extra_token_bytes: int = 0
 
     @property
     def groups(self) -> int:
@@ -50,10 +53,15 @@ class VllmKvGroups:
     def token_bytes(self) -> int:
         """What one token of pool costs: a layer slot in every group that holds tokens."""
         token_slots = (self.full_groups + self.sliding_groups) * self.group_size
-        return token_slots * self.page_bytes // self.block_size
+        return token_slots * self.page_bytes // self.block_size + self.extra_token_bytes
+
+    @property
+    def block_bytes(self) -> int:
+        """One block of every layer slot of a group, with the drafter's share of it."""
+        return self.page_bytes * self.group_size + self.extra_token_bytes * self.block_size
 
     def num_blocks(self, pool_bytes: int) -> int:
-        return max(0, pool_bytes // self.page_bytes // self.group_size)
+        return max(0, pool_bytes // self.block_bytes)
 
     def pool_tokens(self, num_blocks: int) -> int:
         """The token count vLLM logs ("GPU KV cache size")."""
@@ -69,11 +77,7 @@ class VllmKvGroups:
         return n
 
     def request_bytes(self, seq_len: int, max_num_batched_tokens: int) -> int:
-        return (
-            self.blocks_per_request(seq_len, max_num_batched_tokens)
-            * self.page_bytes
-            * self.group_size
-        )
+        return self.blocks_per_request(seq_len, max_num_batched_tokens) * self.block_bytes
 
 
 # vLLM's attention kernel block alignment for hybrid attention + Mamba models (non-MLA).
@@ -81,7 +85,16 @@ _STATE_BLOCK_ALIGNMENT = 16
 
 
 def vllm_groups(layout: KvLayout, block_size: int) -> VllmKvGroups:
-    """Group a stage's layers the way vLLM v1 does for a uniform page size."""
+    """Group a stage's layers the way vLLM v1 does for a uniform page size; a drafter's KV
+    rides on every block (exact for one group of full-attention layers; with several groups
+    it is charged on each)."""
+    groups = _groups(layout, block_size)
+    if layout.extra_token_bytes:
+        groups = dataclasses.replace(groups, extra_token_bytes=layout.extra_token_bytes)
+    return groups
+
+
+def _groups(layout: KvLayout, block_size: int) -> VllmKvGroups:
     full, sliding = layout.full_layers + layout.chunked_layers, layout.sliding_layers
     if layout.linear_layers:
         return _state_groups(layout, full, block_size)
