@@ -51,7 +51,7 @@ __all__ = ["ScanLimits", "Skipped", "StoreEntry", "StoreIndex", "build_index", "
 
 log = logging.getLogger("service.model_store")
 
-_MAX_JSON_BYTES = 8 * 2**20  # config.json, model.safetensors.index.json
+_MAX_JSON_BYTES = 8 * 2**20  # config.json (the index.json is streamed)
 # GGUF files llama.cpp's `-hf` never takes for the model (common/download.cpp).
 _NOT_MODELS = ("mmproj", "imatrix", "mtp-", "eagle3-", "dflash-", "dspark-")
 _VISION_MARKERS = (

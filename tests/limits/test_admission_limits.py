@@ -236,6 +236,9 @@ def test_a_saturated_replica_answers_the_review_at_once(
         assert response["uid"] == "u-28"
         assert response["allowed"] is allowed
         assert any("the replica is saturated" in w for w in response["warnings"])
+        registry = test_client.app.state.metrics.registry  # type: ignore[attr-defined]
+        labels = {"mode": "warn", "decision": "unchecked"}
+        assert registry.get_sample_value("llmmem_admission_reviews_total", labels) == 1
     assert counted.calls == 0
 
 
