@@ -59,6 +59,9 @@ GPU_REF = {
     # The page does not print the A100's size; the run's weights and pool together (50.3 GiB)
     # exceed a 40 GB card, so it is the 80 GB one.
     "A100 (page title; size not in excerpt)": "a100-sxm4-80gb",
+    # The same page's Gemma 4 run: its weights and pool (48.5 + 21.5 = 70.0 GiB at
+    # gpu_memory_utilization 0.9) need a card of at least 77.8 GiB, the 80 GB one.
+    "A100 (page title)": "a100-sxm4-80gb",
     # The notebook prints the torch total to one decimal, 79.1 GiB: of the catalog's measured
     # runtime totals only the A100 80GB's (79.14 GiB, SXM4 and PCIe alike) rounds to it
     # (H100 79.19 prints 79.2).
@@ -102,6 +105,14 @@ MODEL_REF = {
 
 #: Rows that resolve but cannot be estimated as printed, with why.
 NOT_MODELLED = {
+    # Scorable since the catalog has Llama 3.2 Vision: V0's encoder-decoder runner profiles
+    # max_num_seqs (128) dummy sequences with their images through the vision encoder and the
+    # cross-attention states (36.63 GiB of activation logged); the estimate has no model of
+    # that runner's profile, and its pool comes out 43.4 GiB against 14.65 GiB.
+    "v_pr12126_mllama": (
+        "V0's encoder-decoder (mllama) profiling run, 128 dummy sequences with images through "
+        "the vision encoder, is not modelled (36.63 GiB of activation logged)"
+    ),
     # README test headings only: the runs' gpu_memory_utilization (which sets the pool) and
     # max_model_len are not stated, and the campaign varies the utilization from run to run.
     "v_dl_32b_tp2": "gpu_memory_utilization not stated (README heading only); it sets the pool",
@@ -138,6 +149,9 @@ LINE_FROM_LOG = {
     "v_mlc2267": ("0.6.5", "V0 log (model_runner.py:1071), weights only"),
     "v_strix_pr5": ("0.34", "a development build on ROCm, weights only"),
     "v_lmcache1739": ("0.10.2", "kv_cache_utils.py:864 as in 0.10.2; KV bytes per token only"),
+    # The page's other run, on the same host and virtualenv the next day, prints version 0.19.0;
+    # every release from 0.17 to 0.19.x is the 0.19 line.
+    "v_myo_gemma4": ("0.19.0", "the same page's run on the same host and venv prints 0.19.0"),
 }
 
 #: Rows scored for weights or bytes per token only (GPU or flags unknown).

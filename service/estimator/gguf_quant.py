@@ -47,7 +47,7 @@ from service.estimator.checkpoint import GgufWeights
 from service.estimator.errors import InvalidRequest
 from service.estimator.ggml import cuda_alloc_bytes
 from service.estimator.model import Architecture
-from service.estimator.model.family_traits import LlamaCppType
+from service.estimator.model.llamacpp_names import LlamaCppType
 from service.estimator.units import cdiv
 
 __all__ = [
@@ -360,7 +360,7 @@ def quant_model(arch: Architecture, *, own_output: bool = False) -> QuantModel:
             field="model",
         )
     gqa = arch.num_attention_heads > arch.num_kv_heads
-    kind = arch.family.llamacpp_type
+    kind = arch.family.llamacpp.type
     type_70b = arch.num_layers == _TYPE_70B_LAYERS and (
         kind == LlamaCppType.TYPE_70B or (kind == LlamaCppType.TYPE_70B_WITH_GQA and gqa)
     )

@@ -23,6 +23,15 @@ How many tokens a layer holds:
   ``LinearAttentionLayer`` keeps ``conv_kernel`` taps in the model dtype and the recurrent state in
   float32 (its delta-rule kernels return it so); vLLM's ``MambaSpec`` keeps ``conv_kernel - 1``
   taps and both states in the model dtype (``gated_delta_net_state_shape``).
+- Gemma 4: a full-attention layer caches ``global_head_dim``-wide heads (and, with
+  ``attention_k_eq_v``, its own KV heads, K and V both cached), a sliding layer
+  ``head_dim``-wide ones; the last ``num_kv_shared_layers`` layers read an earlier layer's
+  cache and hold none (transformers' ``kv_sharing_modes``, vLLM's
+  ``kv_sharing_target_layer_name``).
+- DeepSeek sparse attention (DeepSeek-V3.2, GLM-5): every layer that runs the lightning indexer
+  also caches one ``index_head_dim`` key per token, in fp8 with a float32 scale per 128 values
+  (vLLM's ``DeepseekV32IndexerCache``: 128 + 4 = 132 bytes), beside the latent; priced so for
+  every engine (transformers keeps it in the model dtype, 256 bytes: not modelled).
 - how a paged engine lays its pool out (vLLM's KV-cache groups and blocks) is the engine's own
   (``service/estimator/engines/vllm_kv.py``).
 """
@@ -32,12 +41,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from service.estimator.model import SLIDING_ATTENTION, Architecture
+from service.estimator.model import FULL_ATTENTION, SLIDING_ATTENTION, Architecture
 from service.estimator.model.shapes import CHUNKED_ATTENTION, LINEAR_ATTENTION, LinearAttentionSpec
 from service.estimator.parallel import pp_layer_partition
 from service.estimator.units import bytes_per_element
 
-__all__ = ["KvLayout", "kv_heads_per_gpu", "per_layer_token_bytes", "stage_kv_layouts"]
+__all__ = [
+    "KvLayout",
+    "indexer_key_bytes",
+    "kv_heads_per_gpu",
+    "per_layer_token_bytes",
+    "stage_kv_layouts",
+]
 
 
 def kv_heads_per_gpu(arch: Architecture, tp: int) -> int:
@@ -46,16 +61,40 @@ def kv_heads_per_gpu(arch: Architecture, tp: int) -> int:
 
 
 def per_layer_token_bytes(
-    arch: Architecture, dtype_bytes: float, tp: int = 1, *, latent_mla: bool = True
+    arch: Architecture,
+    dtype_bytes: float,
+    tp: int = 1,
+    *,
+    latent_mla: bool = True,
+    layer_type: str | None = None,
 ) -> int:
-    """KV bytes one token costs in one attention layer on one GPU."""
+    """KV bytes one token costs in one attention layer (of ``layer_type``, where the
+    full-attention layers have a geometry of their own) on one GPU."""
     if arch.mla is not None:
         if latent_mla:
             return int(arch.mla.latent_width * dtype_bytes)
         heads = max(1, arch.num_attention_heads // tp)
         return int(heads * (arch.mla.qk_head_dim + arch.mla.v_head_dim) * dtype_bytes)
+    g = arch.global_attention
+    if g is not None and layer_type == FULL_ATTENTION:
+        # Gemma 4's full layers: their own head size and KV heads; with attention_k_eq_v the
+        # keys serve as values, yet both K and V are cached (vLLM loads k_proj into both
+        # slots of qkv_proj; transformers caches the value states it aliases).
+        return int(max(1, g.kv_heads // tp) * 2 * g.head_dim * dtype_bytes)
     heads = kv_heads_per_gpu(arch, tp)
     return int(heads * (arch.head_dim + arch.v_head_dim) * dtype_bytes)
+
+
+# vLLM's indexer stores its keys in fp8 with one float32 scale per 128 values
+# (vllm/model_executor/models/deepseek_v2.py: Indexer, quant_block_size 128;
+# DeepseekV32IndexerCache's head_size head_dim + head_dim // 128 * 4, dtype uint8).
+_INDEXER_QUANT_BLOCK = 128
+_INDEXER_SCALE_BYTES = 4
+
+
+def indexer_key_bytes(head_dim: int) -> int:
+    """Bytes one token's indexer key takes in one layer (fp8 values and their scales)."""
+    return head_dim + head_dim // _INDEXER_QUANT_BLOCK * _INDEXER_SCALE_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,11 +115,30 @@ class KvLayout:
     # A speculative drafter's KV bytes per token on this GPU, held for every token beside the
     # target's layers (:mod:`service.estimator.speculative`).
     extra_token_bytes: int = 0
+    # One sliding layer's bytes per token when they differ from a full layer's (Gemma 4: 256-
+    # vs 512-wide heads); None: the same.
+    sliding_layer_token_bytes: int | None = None
+    # DeepSeek sparse attention: layers on the stage whose indexer caches one key per token, and
+    # that key's bytes.
+    indexer_layers: int = 0
+    indexer_token_bytes: int = 0
+
+    @property
+    def indexer_bytes(self) -> int:
+        """What one token costs in the stage's indexer caches."""
+        return self.indexer_layers * self.indexer_token_bytes
 
     @property
     def layers(self) -> int:
         """Layers that hold per-token keys and values."""
         return self.full_layers + self.sliding_layers + self.chunked_layers
+
+    @property
+    def sliding_token_bytes(self) -> int:
+        """One sliding layer's bytes per token."""
+        if self.sliding_layer_token_bytes is None:
+            return self.layer_token_bytes
+        return self.sliding_layer_token_bytes
 
     def state_bytes(self, conv_taps: int, recurrent_dtype_bytes: float) -> int:
         """One sequence's state in one linear-attention layer on one GPU."""
@@ -101,12 +159,14 @@ class KvLayout:
     @property
     def full_token_bytes(self) -> int:
         """Bytes one token costs on every layer of the stage (no window saving)."""
-        return self.layer_token_bytes * self.layers + self.extra_token_bytes
+        full = self.layer_token_bytes * (self.full_layers + self.chunked_layers)
+        sliding = self.sliding_token_bytes * self.sliding_layers
+        return full + sliding + self.indexer_bytes + self.extra_token_bytes
 
     def prefill_bytes(self, prompt_tokens: int) -> int:
         """One sequence's DynamicCache right after the prefill: every layer holds the prompt."""
-        kv = self.layers * prompt_tokens * self.layer_token_bytes
-        return kv + prompt_tokens * self.extra_token_bytes + self.sequence_state_bytes
+        kv = prompt_tokens * self.full_token_bytes
+        return kv + self.sequence_state_bytes
 
     def decode_bytes(self, total_tokens: int) -> int:
         """One sequence's DynamicCache at `total_tokens`: sliding layers keep their window,
@@ -114,11 +174,13 @@ class KvLayout:
         sliding = 0
         if self.sliding_layers:
             w = self.window or total_tokens
-            sliding = self.sliding_layers * min(total_tokens, w)
+            sliding = self.sliding_layers * min(total_tokens, w) * self.sliding_token_bytes
+        chunked = 0
         if self.chunked_layers:
-            sliding += self.chunked_layers * min(total_tokens, self.chunk or total_tokens)
-        kv = (self.full_layers * total_tokens + sliding) * self.layer_token_bytes
-        return kv + total_tokens * self.extra_token_bytes + self.sequence_state_bytes
+            chunked = self.chunked_layers * min(total_tokens, self.chunk or total_tokens)
+        kv = (self.full_layers * total_tokens + chunked) * self.layer_token_bytes + sliding
+        per_token = self.indexer_bytes + self.extra_token_bytes
+        return kv + total_tokens * per_token + self.sequence_state_bytes
 
 
 @lru_cache(maxsize=1024)
@@ -126,19 +188,34 @@ def stage_kv_layouts(
     arch: Architecture, dtype_bytes: float, tp: int, pp: int, latent_mla: bool
 ) -> tuple[KvLayout, ...]:
     """The KV layout of every pipeline stage, first to last."""
-    ltb = per_layer_token_bytes(arch, dtype_bytes, tp, latent_mla=latent_mla)
+    ltb = per_layer_token_bytes(
+        arch, dtype_bytes, tp, latent_mla=latent_mla, layer_type=FULL_ATTENTION
+    )
+    sliding_ltb = per_layer_token_bytes(
+        arch, dtype_bytes, tp, latent_mla=latent_mla, layer_type=SLIDING_ATTENTION
+    )
+    shared = frozenset(arch.kv_shared_layers)
+    indexer_layers = arch.indexer.layers if arch.indexer is not None else ()
+    index_bytes = indexer_key_bytes(arch.indexer.head_dim) if arch.indexer is not None else 0
     out = []
     start = 0
     for n in pp_layer_partition(arch.num_layers, pp):
-        types = arch.layer_types[start : start + n]
+        # A layer that reads another layer's keys and values holds no cache of its own.
+        types = [t for i, t in enumerate(arch.layer_types[start : start + n], start)
+                 if i not in shared]  # fmt: skip
+        stage_start = start
         start += n
         sliding = sum(1 for t in types if t == SLIDING_ATTENTION)
         chunked = sum(1 for t in types if t == CHUNKED_ATTENTION)
         linear = sum(1 for t in types if t == LINEAR_ATTENTION)
+        indexed = sum(1 for i in indexer_layers if stage_start <= i < start)
         out.append(
             KvLayout(
                 layer_token_bytes=ltb,
-                full_layers=n - sliding - chunked - linear,
+                sliding_layer_token_bytes=sliding_ltb if sliding_ltb != ltb else None,
+                indexer_layers=indexed,
+                indexer_token_bytes=index_bytes if indexed else 0,
+                full_layers=len(types) - sliding - chunked - linear,
                 sliding_layers=sliding,
                 window=arch.sliding_window if sliding else None,
                 latent=arch.mla is not None and latent_mla,

@@ -193,6 +193,7 @@ def weight_layout(
     quantized_params = 0
     emb_rows = _vocab_rows(arch.vocab_size, tp, placement.vocab_padding)
     head_bytes = 0
+    outside = {True: 0, False: 0}  # linear modules outside the layers: {embedding side: bytes}
     for m in arch.linear_modules:
         fan_in, fan_out = shard_shape(m, arch, tp)
         quant = _module_quantized(m, fmt, arch, from_config)
@@ -223,6 +224,10 @@ def weight_layout(
         bias = int(fan_out * dense) if m.bias else 0
         weight_t, bias_t = w * instances, bias * instances
         w = weight_t + bias_t
+        if not m.layers:
+            # Outside the layers (OPT-350m's project_in / project_out): with the embedding
+            # on the first stage, else with the final norm on the last.
+            outside[m.component == "embeddings"] += w
         packed = _PACKED.get(m.name)
         for i in m.layers:
             per_layer[i] += w
@@ -238,17 +243,23 @@ def weight_layout(
             tensors.append(weight_t)
             if bias_t:
                 tensors.append(bias_t)
-        by_component[m.component] = by_component.get(m.component, 0) + w * len(m.layers)
-    emb_bytes = 0
-    final_norm = 0
+        by_component[m.component] = by_component.get(m.component, 0) + w * max(1, len(m.layers))
+    emb_bytes = outside[True]
+    final_norm = outside[False]
     for g in arch.parameter_groups:
         b = int(g.numel * bytes_per_element(g.dtype or dense_dtype))
         if g.component == "embeddings":
-            if fmt.quantize_embeddings:
-                emb_bytes = linear_weight_bytes(fmt, arch.hidden_size, emb_rows)
+            if g.vocab_rows != arch.vocab_size or g.numel != arch.vocab_size * arch.hidden_size:
+                # Another table (a learned position table, Gemma 4's per-layer embeddings):
+                # split like a vocabulary when it has vocabulary rows, else whole.
+                rows = _vocab_rows(g.vocab_rows, tp, placement.vocab_padding)
+                b = int(rows * (g.numel // g.vocab_rows) * dense) if g.vocab_rows else b
+            elif fmt.quantize_embeddings:
+                b = linear_weight_bytes(fmt, arch.hidden_size, emb_rows)
             else:
-                emb_bytes = int(emb_rows * arch.hidden_size * bytes_per_element(dense_dtype))
-            by_component["embeddings"] = by_component.get("embeddings", 0) + emb_bytes
+                b = int(emb_rows * arch.hidden_size * bytes_per_element(dense_dtype))
+            emb_bytes += b
+            by_component["embeddings"] = by_component.get("embeddings", 0) + b
             continue
         if not g.layers:
             final_norm += b

@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from service.catalog.model_catalog import load_model_catalog
 from tests.api.k8s_objects import container, pod, to_json
 
-OLMO_3 = "allenai/Olmo-3-7B-Instruct"  # not in the catalog
+UNKNOWN = "acme-research/atlas-v2"  # an in-house model: in no catalog, read by no alias rule
 
 
 def _plain(value: Any) -> Any:
@@ -48,14 +48,14 @@ def same_as_estimate(client: TestClient, result: dict[str, Any]) -> dict[str, An
 
 
 def test_the_advice_of_an_unknown_model_is_followed_on_preflight(client: TestClient) -> None:
-    command = f"vllm serve {OLMO_3} --max-model-len 4096"
+    command = f"vllm serve {UNKNOWN} --max-model-len 4096"
     refused = preflight(client, {"command": command, "gpu": "l4"}, status=422)
     assert "post its config.json as `hf_config`" in refused["detail"]
     answer = preflight(client, {"command": command, "gpu": "l4", "hf_config": _config()})
     (result,) = answer["results"]
-    assert result["model"] == {"value": OLMO_3, "source": "command word 2", "catalog_id": None}
+    assert result["model"] == {"value": UNKNOWN, "source": "command word 2", "catalog_id": None}
     assert "model" not in result["request"] and "hf_config" in result["request"]
-    assert result["estimate"]["summary"].startswith("Olmo-3-7B-Instruct, inference")
+    assert result["estimate"]["summary"].startswith("atlas-v2, inference")
     assert result["verdict"] == "fits"
     same_as_estimate(client, result)
 
@@ -65,7 +65,7 @@ def test_a_manifest_takes_the_config_too(client: TestClient) -> None:
         pod(
             container(
                 "vllm",
-                args=["--model", OLMO_3, "--max-model-len=4096"],
+                args=["--model", UNKNOWN, "--max-model-len=4096"],
                 gpus={"nvidia.com/gpu": "1"},
             ),
             product="NVIDIA-L4",
@@ -122,6 +122,6 @@ def test_a_pinned_gpu_outside_the_catalog_is_judged_by_the_memory_given(
 
 
 def test_one_model_name_at_a_time(client: TestClient) -> None:
-    body = {"command": f"vllm serve {OLMO_3}", "model": OLMO_3, "hf_config": _config()}
+    body = {"command": f"vllm serve {UNKNOWN}", "model": UNKNOWN, "hf_config": _config()}
     problem = preflight(client, body, status=422)
     assert "`model` or `hf_config`" in problem["detail"]

@@ -404,7 +404,9 @@ class VllmEngine(Engine):
         host += transfer.host
         if transfer.note:
             notes.append(transfer.note)
-        groups = vllm_groups(args.kv, int(s["block_size"]))
+        groups = vllm_groups(
+            args.kv, int(s["block_size"]), tokens_from_concurrency=line.kv_tokens_from_concurrency
+        )
         pool = fixed_pool_bytes(s, groups.block_bytes)
         if pool is not None:
             notes.append(pool[1])
@@ -493,7 +495,7 @@ class VllmEngine(Engine):
         groups = self._groups(st)
         pool = max(0, pools[idx])
         blocks = groups.num_blocks(pool)
-        tokens = groups.pool_tokens(blocks)
+        tokens = groups.logged_tokens(blocks, conc_len, mnbt)
         per_req = groups.blocks_per_request(conc_len, mnbt)
         notes = []
         if pools[0] != pools[idx]:

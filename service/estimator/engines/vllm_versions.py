@@ -61,6 +61,8 @@ What differs between lines, field by field:
   ``model_max_length`` replaces the derived length from 0.8.5; a longrope model defaults to its
   original context from 0.11.1; yarn no longer scales in 0.34).
 - ``mxfp4``: the kernel gpt-oss's experts take on Hopper (:mod:`.mxfp4_storage`).
+- ``kv_tokens_from_concurrency``: the logged KV token count is ``max_concurrency ×
+  max_model_len`` (0.21 onwards), not the pool's blocks (:mod:`.vllm_kv`).
 """
 
 from __future__ import annotations
@@ -147,6 +149,9 @@ class VllmLine:
     image_installs: Literal["flashinfer"] | None = None
     # The flashinfer release that image ships (named in the answer).
     image_flashinfer: str = ""
+    # 0.21 on: "GPU KV cache size" logs max_concurrency × max_model_len instead of the pool's
+    # blocks per group × the smallest block size (kv_cache_utils._report_kv_cache_config).
+    kv_tokens_from_concurrency: bool = False
     notes: tuple[str, ...] = ()
 
     @property
@@ -386,6 +391,7 @@ _V0_22 = _after(
     "vllm/config/cache.py (v0.21.0, v0.22.0)",
     first="0.21.0",
     warms_native_sampler=True,
+    kv_tokens_from_concurrency=True,
     notes=_V0_20.notes,
 )
 _V0_34 = _after(

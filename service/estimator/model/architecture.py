@@ -26,6 +26,10 @@ from service.estimator.model.shapes import (
     FULL_ATTENTION,
     LINEAR_ATTENTION,
     SLIDING_ATTENTION,
+    AttentionKind,
+    AudioSpec,
+    GlobalAttentionSpec,
+    IndexerSpec,
     LinearAttentionSpec,
     LinearModule,
     MlaSpec,
@@ -61,6 +65,16 @@ class Architecture:
     tokens per chunk), or a linear-attention mixer (``linear_attention``) that keeps a
     per-sequence state instead of per-token keys and values. ``layer_norm_names`` are the
     hidden-size norms of one decoder layer as this config builds them.
+    ``embedding_size`` is the width of the token embedding and of lm_head's input when it is
+    not ``hidden_size`` (OPT-350m's ``word_embed_proj_dim``: ``project_in`` / ``project_out``
+    map between the two); ``position_embeddings`` the rows of a learned absolute position
+    table (0: none); ``final_norm`` whether a norm precedes lm_head. ``global_attention`` is
+    the full-attention layers' own geometry (Gemma 4's 512-wide heads), ``kv_shared_layers``
+    the layers that read an earlier layer's keys and values (no k/v projections, no cache of
+    their own); ``per_layer_input`` / ``per_layer_vocab`` size Gemma 4's per-layer embeddings
+    (a ``per_layer_vocab × num_layers · per_layer_input`` table); ``wide_mlp_layers`` hold a
+    dense MLP twice ``intermediate_size`` wide. ``audio`` is a wrapper's audio tower (Gemma 4
+    E2B/E4B), listed with the vision tower's tensors.
     """
 
     model_type: str
@@ -109,6 +123,17 @@ class Architecture:
     layer_norm_names: tuple[str, ...] = ()
     linear_attention: LinearAttentionSpec | None = None
     attention_chunk_size: int | None = None
+    embedding_size: int | None = None
+    position_embeddings: int = 0
+    final_norm: bool = True
+    global_attention: GlobalAttentionSpec | None = None
+    kv_shared_layers: tuple[int, ...] = ()
+    per_layer_input: int = 0
+    per_layer_vocab: int = 0
+    wide_mlp_layers: tuple[int, ...] = ()
+    audio: AudioSpec | None = None
+    cross_attention_layers: tuple[int, ...] = ()
+    indexer: IndexerSpec | None = None
 
     def __hash__(self) -> int:
         # An Architecture keys the estimator's caches and a request looks several of them up;
@@ -129,32 +154,42 @@ class Architecture:
     @property
     def norm_fp32(self) -> bool:
         """Norms compute in fp32 and keep fp32 copies for backward (Gemma)."""
-        return self.family.norm_fp32
+        return self.family.modeling.norm_fp32
 
     @property
     def rope_tables(self) -> int:
         """Distinct rotary tables an engine precomputes (Gemma 3: its global and local ropes)."""
-        return self.family.rope_tables
+        return self.family.modeling.rope_tables
 
     @property
     def eager_mask_kept(self) -> bool:
         """Eager attention keeps a boolean causal mask per layer for backward (Qwen v1)."""
-        return self.family.eager_mask_kept
+        return self.family.modeling.eager_mask_kept
 
     @property
     def context_includes_rope_scaling(self) -> bool:
         """``max_position_embeddings`` already is the rope-scaled context (Gemma 3)."""
-        return self.family.context_includes_rope_scaling
+        return self.family.modeling.context_includes_rope_scaling
 
     @property
     def fp16_unsafe(self) -> bool:
         """Activations overflow float16 (Gemma 2 / 3, GLM-4): engines refuse fp16 for it."""
-        return self.family.fp16_unsafe
+        return self.family.modeling.fp16_unsafe
 
     @property
     def attn_output_gate(self) -> bool:
         """Queries carry a sigmoid output gate of their own width (Qwen3-Next)."""
-        return self.family.attn_output_gate
+        return self.family.modeling.attn_output_gate
+
+    @property
+    def embedding_rows(self) -> int:
+        """Rows of the token embedding (vocab_size, and Llama 3.2 Vision's 8 more)."""
+        return self.vocab_size + self.family.modeling.extra_embedding_rows
+
+    @property
+    def embed_width(self) -> int:
+        """Width of the token embedding and of lm_head's input."""
+        return self.embedding_size or self.hidden_size
 
     @property
     def rope_dim(self) -> int:
@@ -221,6 +256,41 @@ class Architecture:
         return tuple(i for i, t in enumerate(self.layer_types) if t in ATTENTION_LAYER_TYPES)
 
     @cached_property
+    def attention_kinds(self) -> tuple[AttentionKind, ...]:
+        """The attention layers grouped by geometry (one kind for most models)."""
+        shared = frozenset(self.kv_shared_layers)
+        cross = frozenset(self.cross_attention_layers)
+        g = self.global_attention
+        groups: dict[tuple[str, bool, bool], list[int]] = {}
+        for i in self.attention_layers:
+            t = self.layer_types[i]
+            key = (t if g is not None else "", i not in shared, i in cross)
+            groups.setdefault(key, []).append(i)
+        out = []
+        for (t, own, is_cross), layers in groups.items():
+            full = g is not None and t == FULL_ATTENTION
+            out.append(
+                AttentionKind(
+                    layers=tuple(layers),
+                    layer_type=t,
+                    head_dim=g.head_dim if full and g is not None else self.head_dim,
+                    kv_heads=g.kv_heads if full and g is not None else self.num_kv_heads,
+                    own_kv=own,
+                    k_eq_v=full and g is not None and g.k_eq_v,
+                    cross=is_cross,
+                )
+            )
+        return tuple(out)
+
+    @cached_property
+    def dense_mlp_layers(self) -> tuple[int, ...]:
+        """Layers holding the dense MLP: those without experts, or every layer when the
+        experts run beside it (Gemma 4's 26B-A4B)."""
+        if self.moe is not None and self.moe.beside_dense:
+            return tuple(range(self.num_layers))
+        return self.dense_layers
+
+    @cached_property
     def linear_attention_layers(self) -> tuple[int, ...]:
         """Layers whose token mixer is linear attention (a per-sequence state)."""
         return tuple(i for i, t in enumerate(self.layer_types) if t == LINEAR_ATTENTION)
@@ -256,16 +326,16 @@ class Architecture:
     @cached_property
     def vision_modules(self) -> tuple[LinearModule, ...]:
         """The vision tower's linear projections (empty without one)."""
-        from service.estimator.model.vision import vision_modules
+        from service.estimator.model.vision import audio_modules, vision_modules
 
-        return vision_modules(self.vision)
+        return (*vision_modules(self.vision), *audio_modules(self.audio))
 
     @cached_property
     def vision_parameter_groups(self) -> tuple[ParameterGroup, ...]:
         """The vision tower's other tensors and the projector (empty without one)."""
-        from service.estimator.model.vision import vision_parameter_groups
+        from service.estimator.model.vision import audio_parameter_groups, vision_parameter_groups
 
-        return vision_parameter_groups(self.vision)
+        return (*vision_parameter_groups(self.vision), *audio_parameter_groups(self.audio))
 
     @cached_property
     def valid_tensor_parallel_sizes(self) -> tuple[int, ...]:

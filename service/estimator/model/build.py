@@ -11,10 +11,11 @@ wrapper's top-level dtype, quantization and tying applied to it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from service.estimator.errors import InvalidConfig
+from service.estimator.model import layer_layout, mixers
 from service.estimator.model.architecture import Architecture
 from service.estimator.model.config_reader import (
     Bounds,
@@ -23,35 +24,51 @@ from service.estimator.model.config_reader import (
     identifier,
     str_tuple,
 )
+from service.estimator.model.config_schema import KvHeads
 from service.estimator.model.families import (
     WRAPPER_TEXT_TYPES,
     family_for,
 )
-from service.estimator.model.family_traits import (
+from service.estimator.model.modeling_traits import (
     Attention,
-    Family,
-    KvHeads,
-    LayerLayout,
+    LinearMixer,
     Mlp,
-    MoePlacement,
     NormRule,
-    SharedExperts,
 )
 from service.estimator.model.quantization import parse_quantization
-from service.estimator.model.recognition import generic_decoder, outer_model_type, shown_name
+from service.estimator.model.recognition import (
+    GENERIC_DECODER,
+    generic_assumptions,
+    generic_decoder,
+    outer_model_type,
+    shown_name,
+)
 from service.estimator.model.shapes import (
     CHUNKED_ATTENTION,
     FULL_ATTENTION,
     LINEAR_ATTENTION,
     SLIDING_ATTENTION,
-    LinearAttentionSpec,
     MlaSpec,
-    MoeSpec,
 )
-from service.estimator.model.vision import attach_vision
+from service.estimator.model.vision import attach_audio, attach_vision
 from service.estimator.units import checkpoint_dtype
 
 __all__ = ["read_config"]
+
+# MLPs without a gate: one activation between two projections (StarCoder2, Phi-1/2, Falcon, OPT).
+_PLAIN_MLPS = frozenset({Mlp.PLAIN, Mlp.PLAIN_FC, Mlp.PLAIN_DENSE})
+
+_LLAMA_STYLE_NOTE = (
+    "model_type {name!r} is not one this service knows; its config has the standard decoder "
+    "keys, so it was read as a Llama-style decoder (gated MLP, RMSNorm, no biases unless "
+    "attention_bias/mlp_bias say so): post the config with a supported model_type or "
+    "architectures if it is not one"
+)
+_GENERIC_NOTE = (
+    "model_type {name!r} is not one this service knows; its config has the standard decoder "
+    "keys and counts routed experts or latent attention, so it was read by the generic "
+    "decoder: post the config with a supported model_type or architectures if it is not one"
+)
 
 # Keys a wrapper keeps at its top level that apply to its language model too.
 _WRAPPER_SHARED_KEYS = ("torch_dtype", "dtype", "quantization_config")
@@ -95,17 +112,19 @@ def read_config(config: Mapping[str, Any]) -> Architecture:
     family = family_for(model_type)
     if family is None:
         family = generic_decoder(config, model_type)
-        notes.append(
-            f"model_type {shown_name(model_type)!r} is not one this service knows; its config has "
-            "the standard decoder keys, so it was read as a Llama-style decoder (gated MLP, "
-            "RMSNorm, no biases unless attention_bias/mlp_bias say so): post the config "
-            "with a supported model_type or architectures if it is not one"
-        )
+        name = shown_name(model_type)
+        if family.name != GENERIC_DECODER.name:
+            notes.append(_GENERIC_NOTE.format(name=name))
+            notes.extend(generic_assumptions(family))
+        else:
+            notes.append(_LLAMA_STYLE_NOTE.format(name=name))
     reader = ConfigReader(config, family, model_type)
     reader.assumptions.extend(notes)
     arch = _build(reader, wrapper)
     if text is not None and outer.get("vision_config") is not None:
         arch = attach_vision(arch, outer, outer["vision_config"])
+    if text is not None and outer.get("audio_config") is not None:
+        arch = attach_audio(arch, outer["audio_config"])
     return arch
 
 
@@ -152,41 +171,41 @@ def _dtype(r: ConfigReader) -> str:
 
 
 def _build(r: ConfigReader, wrapper: str | None) -> Architecture:
-    family = r.family
+    modeling, schema = r.family.modeling, r.family.schema
     hidden = r.integer("hidden_size", high=Bounds.HIDDEN)
     layers = r.integer("num_hidden_layers", high=Bounds.LAYERS)
     vocab = r.integer("vocab_size", high=Bounds.VOCAB)
     heads = r.integer("num_attention_heads", high=Bounds.HEADS)
-    kv_heads = _KV_HEADS[family.kv_heads](r, heads)
+    kv_heads = _KV_HEADS[schema.kv_heads](r, heads)
     if heads % kv_heads != 0:
         raise InvalidConfig(
             f"num_attention_heads ({heads}) must be a multiple of num_key_value_heads ({kv_heads})",
             field="num_key_value_heads",
         )
 
-    mla = _mla(r) if family.attention is Attention.MLA else None
+    mla = _mla(r) if modeling.attention is Attention.MLA else None
     if mla is not None:
         head_dim, v_head_dim = mla.qk_head_dim, mla.v_head_dim
     else:
-        if r.has(family.head_dim_key):
-            head_dim = r.integer(family.head_dim_key, high=Bounds.HEAD_DIM)
+        if r.has(schema.head_dim_key):
+            head_dim = r.integer(schema.head_dim_key, high=Bounds.HEAD_DIM)
         else:
             head_dim = _exact_div(hidden, heads)
         v_head_dim = head_dim
 
-    qkv_bias, o_bias = r.trait(family.qkv_bias), r.trait(family.o_bias)
-    mlp_bias = r.trait(family.mlp_bias)
-    moe = _moe(r, family, layers)
-    if family.mlp is Mlp.QWEN_W:
+    qkv_bias, o_bias = r.trait(modeling.qkv_bias), r.trait(modeling.o_bias)
+    mlp_bias = r.trait(modeling.mlp_bias)
+    moe = mixers.moe(r, modeling, layers)
+    if modeling.mlp is Mlp.QWEN_W:
         # Qwen v1's intermediate_size counts w1 and w2 together.
         intermediate = r.integer("intermediate_size", high=Bounds.INTERMEDIATE * 2) // 2
         if intermediate < 1:
             raise InvalidConfig("intermediate_size must be at least 2", field="intermediate_size")
-    elif family.intermediate_ratio is not None and not r.has("intermediate_size"):
-        intermediate = family.intermediate_ratio * hidden
+    elif schema.intermediate_ratio is not None and not r.has("intermediate_size"):
+        intermediate = schema.intermediate_ratio * hidden
         r.assumptions.append(
             f"{r.keys_for('intermediate_size')[0]} not in config; used "
-            f"{family.intermediate_ratio} x hidden_size = {intermediate} (transformers)"
+            f"{schema.intermediate_ratio} x hidden_size = {intermediate} (transformers)"
         )
     else:
         intermediate = r.integer("intermediate_size", high=Bounds.INTERMEDIATE)
@@ -198,11 +217,53 @@ def _build(r: ConfigReader, wrapper: str | None) -> Architecture:
         raise InvalidConfig("hidden_act must be a string", field="hidden_act")
 
     qk_norm = None
-    if family.qk_norm is not None and r.trait(family.qk_norm.enabled):
-        qk_norm = "per_head" if family.qk_norm.per_head else "full_width"
-    window, layer_types = _layer_types(r, family, layers)
-    norm_names = _NORM_RULES[family.norm_rule](r)
-    linear = _linear_attention(r) if LINEAR_ATTENTION in layer_types else None
+    if modeling.qk_norm is not None and r.trait(modeling.qk_norm.enabled):
+        qk_norm = "per_head" if modeling.qk_norm.per_head else "full_width"
+    window, layer_types = layer_layout.layer_types(r, modeling, layers)
+    if modeling.last_layer_full and layer_types and layer_types[-1] == SLIDING_ATTENTION:
+        layer_types = (*layer_types[:-1], FULL_ATTENTION)
+    global_attention = (
+        layer_layout.global_attention(r, heads, kv_heads, layer_types)
+        if modeling.global_attention
+        else None
+    )
+    kv_shared = layer_layout.kv_shared_layers(r, layer_types) if modeling.kv_sharing else ()
+    per_layer_input = per_layer_vocab = 0
+    if modeling.per_layer_embeddings:
+        per_layer_input = r.integer("hidden_size_per_layer_input", low=0, high=Bounds.HIDDEN)
+        if per_layer_input:
+            per_layer_vocab = r.integer("vocab_size_per_layer_input", high=Bounds.VOCAB)
+    cross: tuple[int, ...] = ()
+    if modeling.cross_attention:
+        cross = tuple(sorted(set(r.int_list("cross_attention_layers", layers - 1))))
+        if not cross and r.raw("cross_attention_layers") is None:
+            cross = tuple(r.family.schema.defaults.get("cross_attention_layers", ()))
+            r.assumptions.append(
+                f"cross_attention_layers not in config; used the {r.model_type} default "
+                f"{list(cross)} (transformers)"
+            )
+        if any(i >= layers for i in cross):
+            raise InvalidConfig(
+                f"cross_attention_layers must index the {layers} layers",
+                field="cross_attention_layers",
+            )
+    indexer = layer_layout.indexer(r, layers) if modeling.indexer else None
+    if indexer is not None and (mla is None or mla.q_lora_rank is None):
+        raise InvalidConfig(
+            "the sparse-attention indexer projects the query latent: q_lora_rank is required",
+            field="q_lora_rank",
+        )
+    wide: tuple[int, ...] = ()
+    if modeling.double_wide_shared_mlp and r.flag("use_double_wide_mlp"):
+        wide = kv_shared
+    norm_names = _NORM_RULES[modeling.norm_rule](r)
+    linear = None
+    if LINEAR_ATTENTION in layer_types:
+        linear = (
+            mixers.kda(r)
+            if modeling.linear_mixer is LinearMixer.KDA
+            else mixers.linear_attention(r)
+        )
     chunk = None
     if CHUNKED_ATTENTION in layer_types:
         chunk = r.opt_int("attention_chunk_size", high=Bounds.WINDOW)
@@ -215,14 +276,26 @@ def _build(r: ConfigReader, wrapper: str | None) -> Architecture:
         else check_int(max_pos, "max_position_embeddings", 1, Bounds.POSITIONS)
     )
     archs = r.config.get("architectures")
+    embedding_size = None
+    if schema.embedding_size_key is not None:
+        embedding_size = r.opt_int(schema.embedding_size_key, high=Bounds.HIDDEN)
+        embedding_size = None if embedding_size == hidden else embedding_size
+    positions = 0
+    if modeling.position_table_offset is not None:
+        if max_pos is None:
+            raise InvalidConfig(
+                "max_position_embeddings is required: it sizes the learned position table",
+                field="max_position_embeddings",
+            )
+        positions = max_pos + modeling.position_table_offset
     attn_cap = final_cap = None
-    if family.softcapping:
+    if modeling.softcapping:
         attn_cap = r.opt_float("attn_logit_softcapping", low=0.0, high=Bounds.SOFTCAP)
         final_cap = r.opt_float("final_logit_softcapping", low=0.0, high=Bounds.SOFTCAP)
 
     return Architecture(
         model_type=r.model_type,
-        family=family,
+        family=r.family,
         num_layers=layers,
         hidden_size=hidden,
         vocab_size=vocab,
@@ -231,15 +304,15 @@ def _build(r: ConfigReader, wrapper: str | None) -> Architecture:
         head_dim=head_dim,
         v_head_dim=v_head_dim,
         intermediate_size=intermediate,
-        gated_mlp=family.mlp is not Mlp.PLAIN,
+        gated_mlp=modeling.mlp not in _PLAIN_MLPS,
         hidden_act=act,
         tie_word_embeddings=r.flag("tie_word_embeddings"),
         attention_bias=qkv_bias,
         attention_out_bias=o_bias,
         mlp_bias=mlp_bias,
-        lm_head_bias=r.trait(family.lm_head_bias),
-        norm=family.norm,
-        norm_bias=family.norm_bias,
+        lm_head_bias=r.trait(modeling.lm_head_bias),
+        norm=modeling.norm,
+        norm_bias=modeling.norm_bias,
         norms_per_layer=len(norm_names),
         qk_norm=qk_norm,
         dtype=_dtype(r),
@@ -249,9 +322,9 @@ def _build(r: ConfigReader, wrapper: str | None) -> Architecture:
         mla=mla,
         moe=moe,
         quantization=parse_quantization(r.config.get("quantization_config")),
-        attention_sinks=family.sinks,
-        fused_qkv=family.attention in (Attention.FUSED_QKV, Attention.QWEN_C_ATTN),
-        fused_gate_up=family.mlp is Mlp.FUSED_GATE_UP,
+        attention_sinks=modeling.sinks,
+        fused_qkv=modeling.attention in (Attention.FUSED_QKV, Attention.QWEN_C_ATTN),
+        fused_gate_up=modeling.mlp is Mlp.FUSED_GATE_UP,
         wrapper_model_type=wrapper,
         architectures=tuple(
             identifier(a, "architectures") for a in str_tuple(archs, "architectures")
@@ -262,15 +335,25 @@ def _build(r: ConfigReader, wrapper: str | None) -> Architecture:
         model_max_length=_optional_positions(r, "model_max_length"),
         attn_logit_softcapping=attn_cap,
         final_logit_softcapping=final_cap,
-        attention_softmax_fp32=r.trait(family.softmax_fp32),
+        attention_softmax_fp32=r.trait(modeling.softmax_fp32),
         layer_norm_names=norm_names,
         linear_attention=linear,
         attention_chunk_size=chunk,
+        embedding_size=embedding_size,
+        position_embeddings=positions,
+        final_norm=r.trait(modeling.final_norm),
+        global_attention=global_attention,
+        kv_shared_layers=kv_shared,
+        per_layer_input=per_layer_input,
+        per_layer_vocab=per_layer_vocab,
+        wide_mlp_layers=wide,
+        cross_attention_layers=cross,
+        indexer=indexer,
     )
 
 
 def _standard_kv_heads(r: ConfigReader, heads: int) -> int:
-    if r.has("num_key_value_heads") or "num_key_value_heads" in r.family.defaults:
+    if r.has("num_key_value_heads") or "num_key_value_heads" in r.family.schema.defaults:
         return r.integer("num_key_value_heads", high=Bounds.HEADS)
     return heads
 
@@ -290,8 +373,8 @@ _KV_HEADS: dict[KvHeads, Callable[[ConfigReader, int], int]] = {
 
 
 def _fixed_norms(r: ConfigReader) -> tuple[str, ...]:
-    extra = tuple(name for name, flag in r.family.conditional_norms if r.trait(flag))
-    return (*r.family.layer_norms, *extra)
+    extra = tuple(name for name, flag in r.family.modeling.conditional_norms if r.trait(flag))
+    return (*r.family.modeling.layer_norms, *extra)
 
 
 def _falcon_norms(r: ConfigReader) -> tuple[str, ...]:
@@ -309,26 +392,9 @@ _NORM_RULES: dict[NormRule, Callable[[ConfigReader], tuple[str, ...]]] = {
 }
 
 
-def _linear_attention(r: ConfigReader) -> LinearAttentionSpec:
-    spec = LinearAttentionSpec(
-        num_key_heads=r.integer("linear_num_key_heads", high=Bounds.HEADS),
-        num_value_heads=r.integer("linear_num_value_heads", high=Bounds.HEADS),
-        key_head_dim=r.integer("linear_key_head_dim", high=Bounds.HEAD_DIM),
-        value_head_dim=r.integer("linear_value_head_dim", high=Bounds.HEAD_DIM),
-        conv_kernel=r.integer("linear_conv_kernel_dim", high=64),
-    )
-    if spec.num_value_heads % spec.num_key_heads:
-        raise InvalidConfig(
-            f"linear_num_value_heads ({spec.num_value_heads}) must be a multiple of "
-            f"linear_num_key_heads ({spec.num_key_heads})",
-            field="linear_num_value_heads",
-        )
-    return spec
-
-
 def _note_mtp_layers(r: ConfigReader, layers: int) -> None:
     """Multi-token-prediction layers a checkpoint carries beyond num_hidden_layers."""
-    key = r.family.mtp_key
+    key = r.family.schema.mtp_key
     value = r.config.get(key) if key is not None else None
     if key is None or value is None:
         return
@@ -392,171 +458,3 @@ def _optional_positions(r: ConfigReader, key: str) -> int | None:
     if value is None or isinstance(value, bool) or not isinstance(value, int):
         return None  # absent, or a tokenizer-style sentinel
     return value if 0 < value <= Bounds.POSITIONS else None
-
-
-def _moe_layers(r: ConfigReader, placement: MoePlacement, layers: int) -> tuple[int, ...]:
-    """Which decoder layers hold routed experts, by the family's rule."""
-    if placement is MoePlacement.FIRST_K_DENSE:
-        first = r.integer("first_k_dense_replace", low=0, high=Bounds.LAYERS)
-        # Families whose config class has no moe_layer_freq (GLM-4.5) are every layer on.
-        freq = r.integer(
-            "moe_layer_freq",
-            high=Bounds.LAYERS,
-            default=... if "moe_layer_freq" in r.family.defaults else 1,
-        )
-        if freq != 1:
-            r.assumptions.append(
-                f"moe_layer_freq {freq} ignored: transformers makes every layer from "
-                "first_k_dense_replace on an MoE layer"
-            )
-        return tuple(range(first, layers))
-    if placement is MoePlacement.INTERLEAVE:
-        if r.raw("moe_layers") is not None:
-            return tuple(sorted(set(r.int_list("moe_layers", layers - 1))))
-        step = r.integer("interleave_moe_layer_step", high=Bounds.LAYERS)
-        return tuple(range(step - 1, layers, step))
-    if placement is MoePlacement.SPARSE_STEP:
-        only = set(r.int_list("mlp_only_layers", Bounds.LAYERS))
-        step = r.integer("decoder_sparse_step", high=Bounds.LAYERS)
-        return tuple(i for i in range(layers) if i not in only and (i + 1) % step == 0)
-    return tuple(range(layers))
-
-
-def _moe(r: ConfigReader, family: Family, layers: int) -> MoeSpec | None:
-    schema = family.moe
-    if schema is None:
-        return None
-    low = 0 if schema.zero_experts_means_dense else 1
-    experts = r.integer("num_experts", low=low, high=Bounds.EXPERTS)
-    if experts == 0:
-        return None
-    top_k = r.integer("num_experts_per_tok", high=Bounds.EXPERTS)
-    width = r.integer(schema.width_key, high=Bounds.INTERMEDIATE)
-    shared_width, n_shared = 0, 0
-    if schema.shared is SharedExperts.GATED_ONE:
-        shared_width = r.integer("shared_expert_intermediate_size", low=0, high=Bounds.INTERMEDIATE)
-        n_shared = 1 if shared_width else 0
-    elif schema.shared is SharedExperts.ONE:
-        shared_width, n_shared = width, 1
-    elif schema.shared is SharedExperts.FUSED_N:
-        n_shared = r.integer("n_shared_experts", low=0, high=Bounds.EXPERTS)
-        shared_width = n_shared * width
-    if top_k > experts:
-        raise InvalidConfig(
-            f"num_experts_per_tok ({top_k}) exceeds the number of experts ({experts})",
-            field="num_experts_per_tok",
-        )
-    return MoeSpec(
-        num_experts=experts,
-        experts_per_token=top_k,
-        expert_intermediate_size=width,
-        layers=_moe_layers(r, schema.placement, layers),
-        num_shared_experts=n_shared,
-        shared_expert_intermediate_size=shared_width,
-        shared_expert_gate=schema.shared is SharedExperts.GATED_ONE,
-        router_bias=schema.router_bias,
-        e_score_correction_bias=schema.e_score_correction_bias,
-        expert_bias=schema.expert_bias,
-        router_dtype=schema.router_dtype,
-    )
-
-
-def _explicit_layer_types(
-    r: ConfigReader,
-    layers: int,
-    window: int | None,
-    allowed: tuple[str, ...] = (FULL_ATTENTION, SLIDING_ATTENTION),
-) -> tuple[str, ...]:
-    explicit = r.raw("layer_types")
-    if not isinstance(explicit, Sequence) or isinstance(explicit, str):
-        raise InvalidConfig("layer_types must be a list", field="layer_types")
-    types = tuple(explicit)
-    if len(types) != layers:
-        raise InvalidConfig(
-            f"layer_types has {len(types)} entries for {layers} layers", field="layer_types"
-        )
-    for t in types:
-        if t not in allowed:
-            raise InvalidConfig(
-                f"layer type {str(t)[:40]!r} is not supported ({', '.join(allowed)})",
-                field="layer_types",
-            )
-    if SLIDING_ATTENTION in types and window is None:
-        raise InvalidConfig(
-            "layer_types has sliding layers but the config has no sliding_window",
-            field="sliding_window",
-        )
-    return types
-
-
-# Layouts whose config may list its layer types explicitly (transformers' `layer_types`).
-_EXPLICIT_TYPES = frozenset(
-    {LayerLayout.QWEN2, LayerLayout.QWEN2_MOE, LayerLayout.ALTERNATING, LayerLayout.GEMMA3}
-)
-
-
-def _llama4_layer_types(r: ConfigReader, layers: int) -> tuple[str, ...]:
-    """Llama 4: layers that apply RoPE attend within chunks (when attention_chunk_size is
-    set), the NoPE layers attend to every token. ``no_rope_layers`` lists 1 for a RoPE layer;
-    empty or absent, every no_rope_layer_interval-th layer is NoPE (transformers)."""
-    if r.raw("layer_types") is not None:
-        kinds = (FULL_ATTENTION, CHUNKED_ATTENTION)
-        return _explicit_layer_types(r, layers, None, kinds)
-    flags = r.int_list("no_rope_layers", 1)
-    if flags and len(flags) != layers:
-        raise InvalidConfig(
-            f"no_rope_layers has {len(flags)} entries for {layers} layers", field="no_rope_layers"
-        )
-    if not flags:
-        every = r.integer("no_rope_layer_interval", high=Bounds.LAYERS)
-        flags = tuple(int((i + 1) % every != 0) for i in range(layers))
-    if r.opt_int("attention_chunk_size", high=Bounds.WINDOW) is None:
-        return (FULL_ATTENTION,) * layers
-    return tuple(CHUNKED_ATTENTION if rope else FULL_ATTENTION for rope in flags)
-
-
-def _layer_types(
-    r: ConfigReader, family: Family, layers: int
-) -> tuple[int | None, tuple[str, ...]]:
-    """(sliding window, per-layer attention type) by the family's layout rule."""
-    layout = family.layout
-    if layout is LayerLayout.FULL:
-        return None, (FULL_ATTENTION,) * layers
-    if layout is LayerLayout.LLAMA4_CHUNKED:
-        return None, _llama4_layer_types(r, layers)
-    if layout is LayerLayout.HYBRID_LINEAR:
-        if r.raw("layer_types") is not None:
-            kinds = (FULL_ATTENTION, LINEAR_ATTENTION)
-            return None, _explicit_layer_types(r, layers, None, kinds)
-        every = r.integer("full_attention_interval", high=Bounds.LAYERS)
-        return None, tuple(
-            LINEAR_ATTENTION if (i + 1) % every else FULL_ATTENTION for i in range(layers)
-        )
-    window = r.opt_int("sliding_window", low=0, high=Bounds.WINDOW) or None
-    if family.sliding_window_switch is not None and not r.flag(family.sliding_window_switch):
-        window = None
-    if layout in _EXPLICIT_TYPES and r.raw("layer_types") is not None:
-        return window, _explicit_layer_types(r, layers, window)
-    if layout is LayerLayout.ALL_SLIDING:
-        kind = SLIDING_ATTENTION if window is not None else FULL_ATTENTION
-        return window, (kind,) * layers
-    if layout in (LayerLayout.QWEN2, LayerLayout.QWEN2_MOE):
-        max_window = r.integer("max_window_layers", low=0, high=Bounds.LAYERS)
-        if layout is LayerLayout.QWEN2:
-            sliding = [window is not None and i >= max_window for i in range(layers)]
-        else:
-            sliding = [
-                window is not None and (i + 1) % 2 == 1 and i < max_window for i in range(layers)
-            ]
-        types = tuple(SLIDING_ATTENTION if s else FULL_ATTENTION for s in sliding)
-        return (window if SLIDING_ATTENTION in types else None), types
-    period = (
-        r.integer("sliding_window_pattern", high=Bounds.LAYERS, default=6)
-        if layout is LayerLayout.GEMMA3
-        else family.alternating_period
-    )
-    if window is None:
-        return None, (FULL_ATTENTION,) * layers
-    return window, tuple(
-        SLIDING_ATTENTION if (i + 1) % period else FULL_ATTENTION for i in range(layers)
-    )

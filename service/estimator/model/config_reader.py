@@ -16,7 +16,8 @@ from types import MappingProxyType
 from typing import Any
 
 from service.estimator.errors import InvalidConfig
-from service.estimator.model.family_traits import Family, Flag
+from service.estimator.model.family_traits import Family
+from service.estimator.model.modeling_traits import Flag
 
 __all__ = [
     "ALIASES",
@@ -130,7 +131,7 @@ class ConfigReader:
 
     def keys_for(self, key: str) -> tuple[str, ...]:
         """The config keys that may hold canonical ``key``, in order of precedence."""
-        own = self.family.keys.get(key)
+        own = self.family.schema.keys.get(key)
         if own is not None:
             return own
         return (key, *ALIASES.get(key, ()))
@@ -154,9 +155,9 @@ class ConfigReader:
         return any(name in self.config for name in self.keys_for(key))
 
     def _default(self, key: str, name: str) -> Any:
-        if key not in self.family.defaults:
+        if key not in self.family.schema.defaults:
             raise InvalidConfig(f"config is missing required field {name!r}", field=name)
-        value = self.family.defaults[key]
+        value = self.family.schema.defaults[key]
         note = f"{name} not in config; used the {self.model_type} default {value!r} (transformers)"
         if note not in self.assumptions:
             self.assumptions.append(note)
@@ -176,7 +177,7 @@ class ConfigReader:
             if name in self.config:
                 return name, self.config[name]
         name = self.keys_for(key)[0]
-        if key in self.family.defaults:
+        if key in self.family.schema.defaults:
             return name, self._default(key, name)
         return name, None
 

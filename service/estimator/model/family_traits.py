@@ -1,231 +1,71 @@
-"""The value types of the family table (:mod:`.families`): what a family's traits can say.
+"""One model family as four records, one per concern, as transformers splits a model's
+``configuration_X`` from its ``modeling_X``.
 
-:class:`Family` holds one transformers family's traits; :class:`Flag` is a bias or norm switch
-that is fixed or read from a config key; the enumerations name the attention and MLP layouts,
-the layer layouts, where a mixture of experts sits and how its shared experts are built, how a
-config gives its key/value heads and its norms, and what llama.cpp's loader makes of the
-family; :class:`MoeSchema`, :class:`QkNorm` and :class:`ModuleNames` group the traits of a
-mixture of experts, of query/key norms and of the modeling code's module paths.
+A :class:`Family` is its name and
+
+- ``schema`` (:class:`~.config_schema.ConfigSchema`): what its config's keys are called and
+  default to;
+- ``modeling`` (:class:`~.modeling_traits.Modeling`): what its modeling code builds from them;
+- ``targets`` (:class:`~.adapter_targets.AdapterTargets`): the module names adapters and
+  quantizers match;
+- ``llamacpp`` (:class:`~.llamacpp_names.LlamaCppNames`): what llama.cpp makes of it.
+
+A family that differs from another says only how: :meth:`Family.derive` takes the changed
+fields by name and puts each in its record (as transformers' ``modular_*.py`` files do).
+The families themselves live in :mod:`.families`, one module per family.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
 from dataclasses import dataclass, field
-from enum import StrEnum
-from types import MappingProxyType
 from typing import Any
 
-__all__ = [
-    "ATTENTION_BIAS",
-    "OFF",
-    "ON",
-    "Attention",
-    "Family",
-    "Flag",
-    "KvHeads",
-    "LayerLayout",
-    "LlamaCppType",
-    "Mlp",
-    "ModuleNames",
-    "MoePlacement",
-    "MoeSchema",
-    "NormRule",
-    "QkNorm",
-    "SharedExperts",
-]
+from service.estimator.model.adapter_targets import AdapterTargets
+from service.estimator.model.config_schema import ConfigSchema
+from service.estimator.model.llamacpp_names import LlamaCppNames
+from service.estimator.model.modeling_traits import Modeling
 
+__all__ = ["Family"]
 
-@dataclass(frozen=True)
-class Flag:
-    """A boolean trait: a constant, or a config key (optionally negated, e.g. ``no_bias``)."""
-
-    key: str | None = None
-    const: bool = False
-    negate: bool = False
-
-    @classmethod
-    def of(cls, value: bool) -> Flag:
-        return cls(const=value)
-
-    @classmethod
-    def config(cls, key: str, *, negate: bool = False) -> Flag:
-        return cls(key=key, negate=negate)
-
-
-OFF = Flag.of(False)
-ON = Flag.of(True)
-ATTENTION_BIAS = Flag.config("attention_bias")
-
-
-class Attention(StrEnum):
-    STANDARD = "standard"  # q_proj, k_proj, v_proj, o_proj
-    FUSED_QKV = "fused_qkv"  # qkv_proj, o_proj (Phi-3)
-    QWEN_C_ATTN = "qwen_c_attn"  # c_attn (fused, full heads), c_proj (Qwen v1)
-    MLA = "mla"  # DeepSeek's latent attention
-
-
-class Mlp(StrEnum):
-    GATED = "gated"  # gate_proj, up_proj, down_proj
-    FUSED_GATE_UP = "fused_gate_up"  # gate_up_proj, down_proj
-    PLAIN = "plain"  # c_fc, c_proj (StarCoder2)
-    PLAIN_FC = "plain_fc"  # fc1, fc2 (Phi-1/2)
-    PLAIN_DENSE = "plain_dense"  # dense_h_to_4h, dense_4h_to_h (Falcon)
-    QWEN_W = "qwen_w"  # w1, w2, c_proj; intermediate_size counts w1 and w2 together
-
-
-class LayerLayout(StrEnum):
-    FULL = "full"  # every layer full attention
-    ALL_SLIDING = "all_sliding"  # every layer sliding when a window is set
-    QWEN2 = "qwen2"  # sliding from max_window_layers on, when use_sliding_window
-    QWEN2_MOE = "qwen2_moe"  # odd layers below max_window_layers, when use_sliding_window
-    ALTERNATING = "alternating"  # every `pattern`-th layer full, the rest sliding
-    GEMMA3 = "gemma3"  # as ALTERNATING with the config's sliding_window_pattern (default 6)
-    # Llama 4: layers that use RoPE attend within chunks of attention_chunk_size, the NoPE
-    # layers (every no_rope_layer_interval-th, or no_rope_layers' zeros) attend to everything.
-    LLAMA4_CHUNKED = "llama4_chunked"
-    # Qwen3-Next: linear attention, with full attention every full_attention_interval-th layer.
-    HYBRID_LINEAR = "hybrid_linear"
-
-
-class MoePlacement(StrEnum):
-    ALL = "all"  # every decoder layer
-    SPARSE_STEP = "sparse_step"  # every decoder_sparse_step-th, minus mlp_only_layers (Qwen)
-    FIRST_K_DENSE = "first_k_dense"  # from first_k_dense_replace on (DeepSeek)
-    # moe_layers if given, else every interleave_moe_layer_step-th layer (Llama 4)
-    INTERLEAVE = "interleave"
-
-
-class SharedExperts(StrEnum):
-    NONE = "none"
-    GATED_ONE = "gated_one"  # one shared expert of its own width, behind a sigmoid gate (Qwen)
-    FUSED_N = "fused_n"  # n_shared_experts fused into one MLP of n × expert width (DeepSeek)
-    ONE = "one"  # one shared expert of the routed experts' width, no gate (Llama 4)
-
-
-class KvHeads(StrEnum):
-    """How the config says how many key/value heads there are."""
-
-    STANDARD = "standard"  # num_key_value_heads (family keys), else every head
-    # Falcon: num_kv_heads with new_decoder_architecture, else 1 with multi_query, else all.
-    FALCON = "falcon"
-
-
-class NormRule(StrEnum):
-    """Which hidden-size norms a decoder layer holds."""
-
-    FIXED = "fixed"  # layer_norms, plus each conditional_norms entry whose flag holds
-    # Falcon: input + post-attention without parallel_attn; with it, ln_attn + ln_mlp when
-    # num_ln_in_parallel_attn is 2 (its default under new_decoder_architecture), else one.
-    FALCON = "falcon"
-
-
-class LlamaCppType(StrEnum):
-    """What llama.cpp's loader makes of the family's 80-layer models, which llama-quantize's
-    presets read (``LLM_TYPE_70B``: src/models/llama.cpp with GQA, qwen2.cpp, olmo.cpp), and
-    whether its quantize rules treat the architecture as Falcon (``LLM_ARCH_FALCON``)."""
-
-    OTHER = "other"
-    TYPE_70B_WITH_GQA = "type_70b_with_gqa"  # convert writes these as llama (Llama, Mistral)
-    TYPE_70B = "type_70b"  # Qwen2, OLMo
-    FALCON = "falcon"
-
-
-@dataclass(frozen=True)
-class MoeSchema:
-    """How a family lays out and configures its mixture of experts."""
-
-    width_key: str  # config key of one routed expert's intermediate size
-    placement: MoePlacement = MoePlacement.ALL
-    shared: SharedExperts = SharedExperts.NONE
-    shared_path: str = "shared_experts"
-    router_name: str = "gate"
-    router_is_nn_linear: bool = False
-    router_bias: bool = False
-    expert_bias: bool = False
-    e_score_correction_bias: bool = False
-    router_dtype: str | None = None
-    zero_experts_means_dense: bool = False  # Qwen: num_experts 0 builds a dense model
-    shared_bias_follows_mlp_bias: bool = False  # DeepSeek-V2's mlp_bias reaches the shared MLP
-
-
-@dataclass(frozen=True)
-class QkNorm:
-    """Query/key norms: per head (``head_dim`` weights) or over the whole projection."""
-
-    per_head: bool = True
-    enabled: Flag = ON
-    names: tuple[str, str] = ("q_norm", "k_norm")
-    bias: bool = False  # a LayerNorm with bias (Phi) instead of a weight-only norm
-
-
-@dataclass(frozen=True)
-class ModuleNames:
-    """Module paths of the family's modeling code (for peft targets and quantizer exclusions)."""
-
-    prefix: str = "model"
-    embed: str = "embed_tokens"
-    final_norm: str = "norm"
-    layers: str = "layers"
-    attn: str = "self_attn"
-    mlp: str = "mlp"
-    qkv: str = "qkv_proj"  # a fused q/k/v projection
-    o: str = "o_proj"  # the attention output projection
+# Record of each field a derived family may change (field names are unique across records).
+_PARTS = {
+    "schema": ConfigSchema,
+    "modeling": Modeling,
+    "targets": AdapterTargets,
+    "llamacpp": LlamaCppNames,
+}
+_FIELD_PART = {f.name: part for part, cls in _PARTS.items() for f in dataclasses.fields(cls)}
 
 
 @dataclass(frozen=True)
 class Family:
-    """Traits of one transformers family (module docstring)."""
+    """One transformers family: its name and its four records (module docstring)."""
 
     name: str  # the family as people name it (gemma3 for both gemma3 and gemma3_text)
-    model_type: str = ""  # the config's model_type for it, when not `name` (gemma3_text)
-    attention: Attention = Attention.STANDARD
-    qkv_bias: Flag = ATTENTION_BIAS
-    o_bias: Flag = ATTENTION_BIAS
-    mlp: Mlp = Mlp.GATED
-    mlp_bias: Flag = OFF
-    lm_head_bias: Flag = OFF
-    norm: str = "rmsnorm"
-    norm_bias: bool = False
-    # Gemma's RMSNorm computes in fp32 and keeps fp32 copies for backward.
-    norm_fp32: bool = False
-    layer_norms: tuple[str, ...] = ("input_layernorm", "post_attention_layernorm")
-    # Norms a layer holds only when a config flag says so (StableLM's parallel residual).
-    conditional_norms: tuple[tuple[str, Flag], ...] = ()
-    norm_rule: NormRule = NormRule.FIXED
-    norm_weights: bool = True  # OLMo's LayerNorm has no weight and no bias
-    kv_heads: KvHeads = KvHeads.STANDARD
-    # The dense MLP width as a multiple of hidden_size when the config gives none (Falcon).
-    intermediate_ratio: int | None = None
-    # Queries carry an output gate of their own width: q_proj is twice as wide (Qwen3-Next).
-    attn_output_gate: bool = False
-    # Checkpoints carry this many multi-token-prediction layers beyond num_hidden_layers
-    # (config key); neither transformers nor vLLM's main model builds them.
-    mtp_key: str | None = None
-    qk_norm: QkNorm | None = None
-    moe: MoeSchema | None = None
-    layout: LayerLayout = LayerLayout.FULL
-    alternating_period: int = 2  # ALTERNATING: every n-th layer is full attention
-    # A config flag that must be on for the sliding window to apply (Qwen's use_sliding_window).
-    sliding_window_switch: str | None = None
-    names: ModuleNames = ModuleNames()
-    sinks: bool = False  # per-head attention sink logits (gpt-oss)
-    softcapping: bool = False  # reads attn_logit_softcapping / final_logit_softcapping
-    softmax_fp32: Flag = ON  # eager attention's softmax in fp32
-    eager_mask_kept: bool = False  # eager attention's torch.where keeps a bool mask (Qwen v1)
-    # Activations overflow float16 (vLLM's _FLOAT16_NOT_SUPPORTED_MODELS: gemma2, gemma3, glm4).
-    fp16_unsafe: bool = False
-    # max_position_embeddings already is the rope-scaled context (Gemma 3's 131072).
-    context_includes_rope_scaling: bool = False
-    rope_tables: int = 1  # distinct rotary tables (Gemma 3: its global and local ropes)
-    head_dim_key: str = "head_dim"
-    # Canonical key -> the keys this family's config uses for it, in order of precedence.
-    keys: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
-    defaults: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
-    # peft 0.21 maps pre-fusion expert projection names onto the fused 3-D expert weights
-    # (`peft.utils.transformers_weight_conversion._MOE_TARGET_MODULE_MAPPING`).
-    expert_target_aliases: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
-    llamacpp_type: LlamaCppType = LlamaCppType.OTHER
+    schema: ConfigSchema = field(default_factory=ConfigSchema)
+    modeling: Modeling = field(default_factory=Modeling)
+    targets: AdapterTargets = field(default_factory=AdapterTargets)
+    llamacpp: LlamaCppNames = field(default_factory=LlamaCppNames)
 
     def __hash__(self) -> int:
         return hash(self.name)
+
+    @property
+    def model_type(self) -> str:
+        """The config's model_type for this family."""
+        return self.schema.model_type or self.name
+
+    def derive(self, name: str, **changes: Any) -> Family:
+        """This family under ``name`` with ``changes`` (fields of any record, by name)."""
+        per_part: dict[str, dict[str, Any]] = {}
+        for key, value in changes.items():
+            part = _FIELD_PART.get(key)
+            if part is None:
+                raise TypeError(f"no family record has a field {key!r}")
+            per_part.setdefault(part, {})[key] = value
+        # A derived family has its own model_type unless it names one.
+        schema_changes = {"model_type": "", **per_part.pop("schema", {})}
+        parts = {p: dataclasses.replace(getattr(self, p), **kw) for p, kw in per_part.items()}
+        schema = dataclasses.replace(self.schema, **schema_changes)
+        return dataclasses.replace(self, name=name, schema=schema, **parts)

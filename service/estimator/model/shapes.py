@@ -20,6 +20,10 @@ __all__ = [
     "FULL_ATTENTION",
     "LINEAR_ATTENTION",
     "SLIDING_ATTENTION",
+    "AttentionKind",
+    "AudioSpec",
+    "GlobalAttentionSpec",
+    "IndexerSpec",
     "LinearAttentionSpec",
     "LinearModule",
     "MlaSpec",
@@ -106,6 +110,46 @@ class MlaSpec:
 
 
 @dataclass(frozen=True)
+class GlobalAttentionSpec:
+    """The geometry of the full-attention layers when it differs from the sliding ones'
+    (Gemma 4: ``global_head_dim`` heads, and with ``attention_k_eq_v`` their own KV head count
+    and no ``v_proj``: the keys serve as values)."""
+
+    head_dim: int
+    kv_heads: int
+    k_eq_v: bool = False
+
+
+@dataclass(frozen=True)
+class AttentionKind:
+    """Attention layers that share one geometry: their head size, KV heads, whether they
+    project (and cache) keys and values of their own (``own_kv``; Gemma 4's last
+    ``num_kv_shared_layers`` read an earlier layer's cache) and whether the keys serve as
+    values (``k_eq_v``: no ``v_proj``, though vLLM still caches a V copy)."""
+
+    layers: tuple[int, ...]
+    layer_type: str
+    head_dim: int
+    kv_heads: int
+    own_kv: bool = True
+    k_eq_v: bool = False
+    cross: bool = False  # Llama 3.2 Vision's cross-attention layers (module cross_attn)
+
+
+@dataclass(frozen=True)
+class IndexerSpec:
+    """DeepSeek sparse attention's lightning indexer (DeepSeek-V3.2, GLM-5): per layer that runs
+    it, a query projection from the q latent (``wq_b``, ``n_heads × head_dim``), one key head
+    (``wk`` and a LayerNorm), per-head weights (``weights_proj``), and a cache of one
+    ``head_dim`` key per token; attention then reads the ``topk`` best tokens."""
+
+    n_heads: int
+    head_dim: int
+    topk: int
+    layers: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class LinearAttentionSpec:
     """A Gated DeltaNet token mixer (Qwen3-Next's ``linear_attention`` layers).
 
@@ -122,6 +166,10 @@ class LinearAttentionSpec:
     key_head_dim: int
     value_head_dim: int
     conv_kernel: int
+    # The dtype vLLM keeps the recurrent state in when not the model's: Kimi Delta Attention's
+    # is float32 (mamba_utils.kda_state_dtype), Qwen3.5's what its config's mamba_ssm_dtype
+    # says (models/config.py: Qwen3_5ForConditionalGenerationConfig).
+    recurrent_dtype: str | None = None
 
     @property
     def key_dim(self) -> int:
@@ -164,6 +212,7 @@ class MoeSpec:
     e_score_correction_bias: bool = False
     expert_bias: bool = False
     router_dtype: str | None = None
+    beside_dense: bool = False  # the dense MLP runs beside the experts on every layer
 
 
 class VisionTower(StrEnum):
@@ -172,6 +221,9 @@ class VisionTower(StrEnum):
     SIGLIP = "siglip"  # SigLIP + Gemma 3's projector
     LLAMA4 = "llama4"  # Llama 4's unfold-conv ViT + pixel-shuffle adapter + projector
     PIXTRAL = "pixtral"  # Pixtral + Mistral 3's norm, patch merger and two-layer projector
+    GEMMA4 = "gemma4"  # Gemma 4's vision encoder + embed_vision (.gemma4_towers)
+    QWEN3_5 = "qwen3_5"  # Qwen3.5's ViT with its patch merger (.qwen3_5_vision)
+    MLLAMA = "mllama"  # Llama 3.2 Vision's tiled ViT, local and global encoders (.mllama_vision)
 
 
 @dataclass(frozen=True)
@@ -207,10 +259,36 @@ class VisionSpec:
     merge_size: int = 1
     feature_layers: int = 1
     projector_bias: bool = False
+    head_dim: int = 0  # Gemma 4: the encoder's head size
+    num_kv_heads: int = 0  # Gemma 4: the encoder's KV heads
+    position_table: int = 0  # Gemma 4: rows per axis of the 2-D position table
+    clipped: bool = False  # Gemma 4: clip bounds stored for each clippable linear
+    standardize: bool = False  # Gemma 4: std_bias / std_scale buffers
+    temporal_patch: int = 1  # Qwen3.5: frames one Conv3d patch spans
+    global_layers: int = 0  # Llama 3.2 Vision: the gated global encoder's layers
+    aspect_ratios: int = 0  # Llama 3.2 Vision: supported aspect ratios (max_aspect_ratio_id)
+    max_tiles: int = 0  # Llama 3.2 Vision: max_num_tiles
 
     @property
     def num_patches(self) -> int:
         return (self.image_size // self.patch_size) ** 2
+
+
+@dataclass(frozen=True)
+class AudioSpec:
+    """Gemma 4's audio conformer (E2B/E4B) and its embedder (:mod:`.gemma4_towers`):
+    ``hidden_size`` and ``num_layers`` of the conformer, ``num_heads``, the subsampler's
+    ``conv_channels``, the light-conv ``conv_kernel``, ``output_dim`` (``output_proj_dims``),
+    ``projector_out`` the language model's width, ``clipped`` (``use_clipped_linears``)."""
+
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    conv_channels: tuple[int, int]
+    conv_kernel: int
+    output_dim: int
+    projector_out: int
+    clipped: bool = True
 
 
 @dataclass(frozen=True)

@@ -11,13 +11,23 @@ for its language model and the tower is named in the assumptions, not counted.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from service.estimator.errors import InvalidConfig, UnsupportedArchitecture
 from service.estimator.model.architecture import Architecture
 from service.estimator.model.config_reader import Bounds, check_int
+from service.estimator.model.gemma4_towers import (
+    gemma4_audio_groups,
+    gemma4_audio_modules,
+    gemma4_vision_groups,
+    gemma4_vision_modules,
+)
+from service.estimator.model.mllama_vision import mllama_vision_groups, mllama_vision_modules
+from service.estimator.model.qwen3_5_vision import qwen3_5_vision_groups, qwen3_5_vision_modules
 from service.estimator.model.shapes import (
+    AudioSpec,
     LinearModule,
     ParameterGroup,
     Reads,
@@ -26,16 +36,41 @@ from service.estimator.model.shapes import (
     VisionTower,
 )
 
-__all__ = ["attach_vision", "vision_modules", "vision_parameter_groups"]
+__all__ = [
+    "attach_audio",
+    "attach_vision",
+    "audio_modules",
+    "audio_parameter_groups",
+    "vision_modules",
+    "vision_parameter_groups",
+]
 
 # (tower model_type, language-model family) -> the tower.
 _SUPPORTED: Mapping[tuple[str, str], VisionTower] = {
     ("siglip_vision_model", "gemma3"): VisionTower.SIGLIP,
     ("llama4_vision_model", "llama4"): VisionTower.LLAMA4,
     ("pixtral", "mistral"): VisionTower.PIXTRAL,
+    ("gemma4_vision", "gemma4"): VisionTower.GEMMA4,
+    ("qwen3_5_vision", "qwen3_5"): VisionTower.QWEN3_5,
+    ("qwen3_5_moe_vision", "qwen3_5_moe"): VisionTower.QWEN3_5,
+    ("mllama_vision_model", "mllama"): VisionTower.MLLAMA,
 }
 # A tower config that names no model_type: the one its family's wrapper builds.
-_DEFAULT_KIND = {"gemma3": "siglip_vision_model", "llama4": "llama4_vision_model"}
+_DEFAULT_KIND = {
+    "gemma3": "siglip_vision_model",
+    "llama4": "llama4_vision_model",
+    "gemma4": "gemma4_vision",
+    "qwen3_5": "qwen3_5_vision",
+    "qwen3_5_moe": "qwen3_5_moe_vision",
+    "mllama": "mllama_vision_model",
+}
+# Towers that take images of any size (their extras derive the image vLLM profiles).
+_ANY_SIZE = frozenset({VisionTower.GEMMA4, VisionTower.QWEN3_5})
+# Tower keys under the names their config classes give them (transformers' attribute_map).
+_TOWER_KEYS: Mapping[VisionTower, Mapping[str, str]] = {
+    VisionTower.QWEN3_5: {"num_hidden_layers": "depth", "num_attention_heads": "num_heads"},
+    VisionTower.MLLAMA: {"num_attention_heads": "attention_heads"},
+}
 
 # The config class defaults of each tower (transformers), for keys a config leaves out.
 _DEFAULTS: Mapping[VisionTower, Mapping[str, int]] = {
@@ -69,6 +104,46 @@ _DEFAULTS: Mapping[VisionTower, Mapping[str, int]] = {
         "patch_size": 16,
         "num_channels": 3,
     },
+    # Gemma4VisionConfig: images of any size, three channels; image_size is set from the
+    # soft tokens per image below.
+    VisionTower.GEMMA4: {
+        "hidden_size": 768,
+        "intermediate_size": 3072,
+        "num_hidden_layers": 16,
+        "num_attention_heads": 12,
+        "patch_size": 16,
+        "num_channels": 3,
+        "head_dim": 64,
+        "position_embedding_size": 10240,
+        "pooling_kernel_size": 3,
+    },
+    # MllamaVisionConfig (transformers 5).
+    VisionTower.MLLAMA: {
+        "hidden_size": 1280,
+        "intermediate_size": 5120,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 16,
+        "image_size": 448,
+        "patch_size": 14,
+        "num_channels": 3,
+        "num_global_layers": 8,
+        "vision_output_dim": 7680,
+        "max_num_tiles": 4,
+    },
+    # Qwen3_5VisionConfig (transformers 5); image_size is set from the position table below.
+    VisionTower.QWEN3_5: {
+        "hidden_size": 1152,
+        "intermediate_size": 4304,
+        "num_hidden_layers": 27,
+        "num_attention_heads": 16,
+        "patch_size": 16,
+        "num_channels": 3,
+        "in_channels": 3,
+        "temporal_patch_size": 2,
+        "spatial_merge_size": 2,
+        "num_position_embeddings": 2304,
+        "out_hidden_size": 3584,
+    },
 }
 
 
@@ -89,9 +164,11 @@ def attach_vision(arch: Architecture, outer: Mapping[str, Any], cfg: Any) -> Arc
             "a SigLIP vision tower with vision_use_head is not supported", field="vision_config"
         )
     defaults = _DEFAULTS[kind]
+    renamed = _TOWER_KEYS.get(kind, {})
 
     def get(key: str, high: int) -> int:
-        return check_int(cfg.get(key, defaults[key]), f"vision_config.{key}", 1, high)
+        name = renamed.get(key, key)
+        return check_int(cfg.get(name, defaults[key]), f"vision_config.{name}", 1, high)
 
     hidden = get("hidden_size", Bounds.HIDDEN)
     heads = get("num_attention_heads", Bounds.HEADS)
@@ -100,8 +177,9 @@ def attach_vision(arch: Architecture, outer: Mapping[str, Any], cfg: Any) -> Arc
             "vision_config.hidden_size must be a multiple of num_attention_heads",
             field="vision_config",
         )
-    image = get("image_size", 1 << 16)
     patch = get("patch_size", 1 << 12)
+    # Towers that take images of any size: the profiled image is derived below.
+    image = patch if kind in _ANY_SIZE else get("image_size", 1 << 16)
     if image % patch:
         raise InvalidConfig(
             "vision_config.image_size must be a multiple of patch_size", field="vision_config"
@@ -162,12 +240,101 @@ def _pixtral_extras(
     )
 
 
+def _gemma4_extras(
+    spec: VisionSpec, outer: Mapping[str, Any], get: Callable[[str, int], int]
+) -> VisionSpec:
+    """Gemma 4: the encoder's own head size and KV heads, its position table, its clip bounds
+    and standardization buffers; an image is ``vision_soft_tokens_per_image`` soft tokens
+    (280), each pooled from ``pooling_kernel_size²`` patches, so the dummy image vLLM
+    profiles is taken as the square that many patches cover."""
+    cfg = outer.get("vision_config") or {}
+    tokens = check_int(
+        outer.get("vision_soft_tokens_per_image", 280), "vision_soft_tokens_per_image", 1, 1 << 16
+    )
+    pool = get("pooling_kernel_size", 64)
+    side = math.isqrt(tokens * pool * pool - 1) + 1
+    flags = {}
+    for key in ("use_clipped_linears", "standardize"):
+        value = cfg.get(key, False)
+        if not isinstance(value, bool):
+            raise InvalidConfig(f"vision_config.{key} must be true or false", field="vision_config")
+        flags[key] = value
+    return dataclasses.replace(
+        spec,
+        head_dim=get("head_dim", Bounds.HEAD_DIM),
+        num_kv_heads=check_int(
+            cfg.get("num_key_value_heads", spec.num_heads), "vision_config.num_key_value_heads",
+            1, Bounds.HEADS,
+        ),
+        position_table=get("position_embedding_size", 1 << 20),
+        clipped=flags["use_clipped_linears"],
+        standardize=flags["standardize"],
+        tokens_per_image=tokens,
+        image_size=side * spec.patch_size,
+    )  # fmt: skip
+
+
+def _qwen3_5_extras(
+    spec: VisionSpec, outer: Mapping[str, Any], get: Callable[[str, int], int]
+) -> VisionSpec:
+    """Qwen3.5: Conv3d patches over ``temporal_patch_size`` frames of ``in_channels``, a
+    position table of ``num_position_embeddings`` rows (a square grid), merged ``2 × 2``
+    into one token; the dummy image vLLM profiles is taken as that grid."""
+    out = get("out_hidden_size", Bounds.HIDDEN)
+    if out != spec.projector_out:
+        raise InvalidConfig(
+            f"vision_config.out_hidden_size ({out}) must equal the language model's hidden_size "
+            f"({spec.projector_out})",
+            field="vision_config",
+        )
+    rows = get("num_position_embeddings", 1 << 20)
+    merge = get("spatial_merge_size", 64)
+    side = math.isqrt(rows)
+    return dataclasses.replace(
+        spec,
+        num_channels=get("in_channels", 64),
+        temporal_patch=get("temporal_patch_size", 64),
+        merge_size=merge,
+        position_table=rows,
+        image_size=side * spec.patch_size,
+        tokens_per_image=max(1, rows // (merge * merge)),
+    )
+
+
+def _mllama_extras(
+    spec: VisionSpec, outer: Mapping[str, Any], get: Callable[[str, int], int]
+) -> VisionSpec:
+    """Llama 3.2 Vision: the global encoder, the projector's input (the final output and the
+    intermediate layers concatenated, ``vision_output_dim``), the tiles and the aspect-ratio
+    tables (one row per supported ratio and a padding row); an image is up to
+    ``max_num_tiles`` tiles of every patch and a class token."""
+    cfg = outer.get("vision_config") or {}
+    ratios = cfg.get("supported_aspect_ratios")
+    n_ratios = 8 if ratios is None else len(ratios) if isinstance(ratios, list) else -1
+    if not 1 <= n_ratios <= 1024:
+        raise InvalidConfig(
+            "vision_config.supported_aspect_ratios must be a list of ratios", field="vision_config"
+        )
+    tiles = get("max_num_tiles", 64)
+    return dataclasses.replace(
+        spec,
+        global_layers=get("num_global_layers", Bounds.LAYERS),
+        output_dim=get("vision_output_dim", Bounds.INTERMEDIATE),
+        max_tiles=tiles,
+        aspect_ratios=n_ratios,
+        tokens_per_image=tiles * (spec.num_patches + 1),
+    )
+
+
 _EXTRAS: Mapping[
     VisionTower, Callable[[VisionSpec, Mapping[str, Any], Callable[[str, int], int]], VisionSpec]
 ] = {
     VisionTower.SIGLIP: _siglip_extras,
     VisionTower.LLAMA4: _llama4_extras,
     VisionTower.PIXTRAL: _pixtral_extras,
+    VisionTower.GEMMA4: _gemma4_extras,
+    VisionTower.QWEN3_5: _qwen3_5_extras,
+    VisionTower.MLLAMA: _mllama_extras,
 }
 
 
@@ -263,6 +430,9 @@ _MODULES: Mapping[VisionTower, Callable[[VisionSpec], list[LinearModule]]] = {
     VisionTower.SIGLIP: _siglip_modules,
     VisionTower.LLAMA4: _llama4_modules,
     VisionTower.PIXTRAL: _pixtral_modules,
+    VisionTower.GEMMA4: gemma4_vision_modules,
+    VisionTower.QWEN3_5: qwen3_5_vision_modules,
+    VisionTower.MLLAMA: mllama_vision_modules,
 }
 
 
@@ -341,4 +511,71 @@ _GROUPS: Mapping[VisionTower, Callable[[VisionSpec], tuple[ParameterGroup, ...]]
     VisionTower.SIGLIP: _siglip_groups,
     VisionTower.LLAMA4: _llama4_groups,
     VisionTower.PIXTRAL: _pixtral_groups,
+    VisionTower.GEMMA4: gemma4_vision_groups,
+    VisionTower.QWEN3_5: qwen3_5_vision_groups,
+    VisionTower.MLLAMA: mllama_vision_groups,
 }
+
+
+# Gemma4AudioConfig's defaults (transformers 5), for keys an audio_config leaves out.
+_AUDIO_DEFAULTS: Mapping[str, Any] = {
+    "hidden_size": 1024,
+    "num_hidden_layers": 12,
+    "num_attention_heads": 8,
+    "subsampling_conv_channels": [128, 32],
+    "conv_kernel_size": 5,
+    "output_proj_dims": 1536,
+    "use_clipped_linears": True,
+}
+
+
+def attach_audio(arch: Architecture, cfg: Any) -> Architecture:
+    """``arch`` with the audio tower an ``audio_config`` describes (Gemma 4's conformer);
+    another family's audio tower is named in the assumptions, not counted."""
+    if not isinstance(cfg, Mapping):
+        raise InvalidConfig("audio_config must be an object", field="audio_config")
+    kind = str(cfg.get("model_type", "gemma4_audio" if arch.family_name == "gemma4" else ""))
+    if kind != "gemma4_audio" or arch.family_name != "gemma4":
+        note = f"audio tower ({kind[:40]}) of the {arch.wrapper_model_type} wrapper not counted"
+        return dataclasses.replace(arch, assumptions=(*arch.assumptions, note))
+
+    def get(key: str, high: int) -> int:
+        return check_int(cfg.get(key, _AUDIO_DEFAULTS[key]), f"audio_config.{key}", 1, high)
+
+    channels = cfg.get("subsampling_conv_channels", _AUDIO_DEFAULTS["subsampling_conv_channels"])
+    if not isinstance(channels, list | tuple) or len(channels) != 2:
+        raise InvalidConfig(
+            "audio_config.subsampling_conv_channels must list two channel counts",
+            field="audio_config",
+        )
+    c0, c1 = (check_int(c, "audio_config.subsampling_conv_channels", 1, 1 << 16) for c in channels)
+    clipped = cfg.get("use_clipped_linears", True)
+    if not isinstance(clipped, bool):
+        raise InvalidConfig(
+            "audio_config.use_clipped_linears must be true or false", field="audio_config"
+        )
+    hidden, heads = get("hidden_size", Bounds.HIDDEN), get("num_attention_heads", Bounds.HEADS)
+    if hidden % heads:
+        raise InvalidConfig(
+            "audio_config.hidden_size must be a multiple of num_attention_heads",
+            field="audio_config",
+        )
+    spec = AudioSpec(
+        hidden_size=hidden,
+        num_layers=get("num_hidden_layers", Bounds.LAYERS),
+        num_heads=heads,
+        conv_channels=(c0, c1),
+        conv_kernel=get("conv_kernel_size", 64),
+        output_dim=get("output_proj_dims", Bounds.HIDDEN),
+        projector_out=arch.hidden_size,
+        clipped=clipped,
+    )
+    return dataclasses.replace(arch, audio=spec)
+
+
+def audio_modules(a: AudioSpec | None) -> tuple[LinearModule, ...]:
+    return () if a is None else tuple(gemma4_audio_modules(a))
+
+
+def audio_parameter_groups(a: AudioSpec | None) -> tuple[ParameterGroup, ...]:
+    return () if a is None else gemma4_audio_groups(a)

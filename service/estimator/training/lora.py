@@ -89,7 +89,7 @@ def lora_targets(
                 selected[m.name] = m
             continue
         hits = [m for m in modules if _matches(target, m)]
-        fused = arch.family.expert_target_aliases.get(target)
+        fused = arch.family.targets.expert_aliases.get(target)
         if fused is not None:
             hits += [m for m in modules if not m.is_nn_linear and m.name.endswith(fused)]
         if not hits:

@@ -44,11 +44,14 @@ def _component(name: str) -> str:
     parts = name.split(".")
     owner = parts[-2] if len(parts) > 1 else ""
     ffn = "mlp" in parts or "feed_forward" in parts
-    if {"vision_tower", "vision_model", "multi_modal_projector"} & set(parts):
+    towers = {"vision_tower", "vision_model", "multi_modal_projector", "audio_tower", "visual"}
+    if (towers | {"embed_vision", "embed_audio"}) & set(parts):
         return "vision"
-    if {"embed_tokens", "wte", "word_embeddings"} & set(parts):
+    if "embed_tokens_per_layer" in parts or "per_layer_model_projection" in parts:
+        return "embeddings"  # Gemma 4's per-layer embedding table and its projection
+    if {"embed_tokens", "wte", "word_embeddings", "embed_positions", "project_in"} & set(parts):
         return "embeddings"
-    if "lm_head" in parts:
+    if "lm_head" in parts or "project_out" in parts:
         return "lm_head"
     if "norm" in owner or owner.startswith("ln_") or owner.endswith("layernorm"):
         return "norms"
@@ -62,9 +65,15 @@ def _component(name: str) -> str:
         return "shared_experts"
     if owner in ("gate", "router") and ffn:
         return "router"
-    if {"self_attn", "self_attention", "linear_attn"} & set(parts):
+    if "router" in parts:  # Gemma 4: router.proj / scale / per_expert_scale on the layer
+        return "router"
+    if owner in ("per_layer_input_gate", "per_layer_projection"):
+        return "mlp"  # Gemma 4's per-layer gate and projection back to the hidden size
+    if {"self_attn", "self_attention", "linear_attn", "cross_attn"} & set(parts):
         return "attention"
-    if ffn:
+    if {"cross_attn_attn_gate", "cross_attn_mlp_gate"} & set(parts):
+        return "attention"  # Llama 3.2 Vision's scalar gates on its cross-attention layers
+    if ffn or owner in ("fc1", "fc2"):  # OPT's MLP projections sit on the layer itself
         return "mlp"
     raise AssertionError(f"unmapped parameter {name}")
 
@@ -73,6 +82,7 @@ def _hf_config(config: dict[str, Any]) -> Any:
     cfg = copy.deepcopy(config)
     cfg.pop("quantization_config", None)
     cfg.pop("vision_config", None)  # the language model alone; the wrapper is checked below
+    cfg.pop("audio_config", None)
     cfg.pop("mm_tokens_per_image", None)
     if "text_config" in cfg:
         inner = cfg.pop("text_config")
@@ -87,9 +97,17 @@ def _hf_config(config: dict[str, Any]) -> Any:
     return transformers.AutoConfig.for_model(model_type, **cfg)
 
 
+# Language models the auto class does not map (built by their own causal-LM class).
+_CAUSAL_LM = {"mllama_text_model": "MllamaForCausalLM"}
+
+
 def _build(config: dict[str, Any]) -> nn.Module:
+    hf_config = _hf_config(config)
     with torch.device("meta"):
-        return transformers.AutoModelForCausalLM.from_config(_hf_config(config))
+        cls = _CAUSAL_LM.get(hf_config.model_type)
+        if cls is not None:
+            return getattr(transformers, cls)(hf_config)
+        return transformers.AutoModelForCausalLM.from_config(hf_config)
 
 
 def _check(config: dict[str, Any]) -> None:
@@ -118,6 +136,8 @@ def _check(config: dict[str, Any]) -> None:
     # Attention layout, where transformers' config derives one.
     hf_types = getattr(model.config, "layer_types", None)
     if hf_types is not None:
+        # DeepSeek sparse attention's layers are full attention with an indexer beside it.
+        hf_types = ["full_attention" if t == "indexed_attention" else t for t in hf_types]
         assert list(arch.layer_types) == list(hf_types)
 
 
@@ -266,6 +286,145 @@ NEW_FAMILY_CASES = {
     "olmo-mha-tied": _without_kv(_small("olmo", tie_word_embeddings=True)),
 }
 
+
+def _opt(**kw: Any) -> dict[str, Any]:
+    base = {
+        k: v
+        for k, v in _small("opt", max_position_embeddings=128).items()
+        if k not in ("intermediate_size", "num_key_value_heads")
+    }
+    return {**base, "ffn_dim": 512, "word_embed_proj_dim": 256, **kw}
+
+
+_QWEN3_5 = {
+    "head_dim": 32,
+    "linear_num_key_heads": 2,
+    "linear_num_value_heads": 4,
+    "linear_key_head_dim": 16,
+    "linear_value_head_dim": 24,
+    "linear_conv_kernel_dim": 4,
+}
+_QWEN3_5_VISION = {
+    "depth": 2,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_heads": 4,
+    "patch_size": 14,
+    "temporal_patch_size": 2,
+    "spatial_merge_size": 2,
+    "num_position_embeddings": 64,
+    "out_hidden_size": 256,
+}
+_GEMMA4 = {
+    "head_dim": 32,
+    "global_head_dim": 64,
+    "sliding_window": 16,
+    "hidden_size_per_layer_input": 0,
+    "vocab_size_per_layer_input": 1000,
+}
+
+
+# Families added for issue 26, each in the variants its config flags select.
+ISSUE26_CASES = {
+    "gemma4_text-k-eq-v-moe-beside-dense": _small(
+        "gemma4_text",
+        **_GEMMA4,
+        num_hidden_layers=7,
+        attention_k_eq_v=True,
+        num_global_key_value_heads=1,
+        enable_moe_block=True,
+        num_experts=8,
+        top_k_experts=2,
+        moe_intermediate_size=48,
+    ),
+    "gemma4_text-kv-shared-per-layer-embeddings-double-wide": _small(
+        "gemma4_text",
+        **{**_GEMMA4, "hidden_size_per_layer_input": 16},
+        num_hidden_layers=10,
+        layer_types=(["sliding_attention"] * 4 + ["full_attention"]) * 2,
+        num_kv_shared_layers=4,
+        use_double_wide_mlp=True,
+        tie_word_embeddings=False,
+    ),
+    "gemma4_text-derived-pattern-last-full": _small("gemma4_text", **_GEMMA4, num_hidden_layers=8),
+    "deepseek_v32-indexer-every-layer": _small(
+        "deepseek_v32", **_DEEPSEEK, index_n_heads=4, index_head_dim=16
+    ),
+    "glm_moe_dsa-indexer-shared-layers": _small(
+        "glm_moe_dsa",
+        **_DEEPSEEK,
+        index_n_heads=4,
+        index_head_dim=16,
+        indexer_types=["full", "shared"] * 3,
+    ),
+    "glm_moe_dsa-mlp-layer-types": _small(
+        "glm_moe_dsa",
+        **{k: v for k, v in _DEEPSEEK.items() if k != "first_k_dense_replace"},
+        index_n_heads=4,
+        index_head_dim=16,
+        mlp_layer_types=["dense", "sparse", "dense", "sparse", "sparse", "sparse"],
+    ),
+    "glm4_moe_lite-default-first-dense": _small(
+        "glm4_moe_lite", **{k: v for k, v in _DEEPSEEK.items() if k != "first_k_dense_replace"}
+    ),
+    "glm4_moe_lite-null-q-lora": _small("glm4_moe_lite", **{**_DEEPSEEK, "q_lora_rank": None}),
+    "kimi_linear-default-layout-no-q-lora": _small(
+        "kimi_linear",
+        **{k: v for k, v in _DEEPSEEK.items() if k not in ("q_lora_rank", "n_routed_experts")},
+        num_experts=8,
+        num_experts_per_token=2,
+        num_shared_experts=2,
+        linear_num_heads=4,
+        linear_head_dim=16,
+    ),
+    "kimi_linear-nested-linear-attn-config": _small(
+        "kimi_linear",
+        **{k: v for k, v in _DEEPSEEK.items() if k != "n_routed_experts"},
+        num_experts=8,
+        num_experts_per_token=2,
+        linear_attn_config={
+            "num_heads": 4,
+            "head_dim": 16,
+            "short_conv_kernel_size": 3,
+            "full_attn_layers": [2, 6],
+            "kda_layers": [1, 3, 4, 5],
+        },
+    ),
+    "mllama_text_model-cross-layers": {
+        **_small("mllama_text_model", cross_attention_layers=[1, 4]),
+        "bos_token_id": 1,  # MllamaTextConfig's token ids are ints, never null
+        "pad_token_id": 2,
+        "eos_token_id": 3,
+    },
+    "qwen3_5_text-dense-interval-3-mtp": _small(
+        "qwen3_5_text", **_QWEN3_5, full_attention_interval=3, mtp_num_hidden_layers=1
+    ),
+    "qwen3_5_moe_text-every-layer-experts": _small(
+        "qwen3_5_moe_text",
+        **_QWEN3_5,
+        num_experts=8,
+        num_experts_per_tok=2,
+        moe_intermediate_size=64,
+        shared_expert_intermediate_size=96,
+    ),
+    "opt-pre-norm-tied": _opt(do_layer_norm_before=True),
+    "opt-350m-style-projections-post-norm": _opt(
+        word_embed_proj_dim=128, do_layer_norm_before=False
+    ),
+    "opt-no-bias-untied": _opt(enable_bias=False, tie_word_embeddings=False),
+    "olmo3-derived-sliding": _small("olmo3", num_hidden_layers=8, sliding_window=64),
+    "olmo3-explicit-layer-types-mha": _without_kv(
+        _small("olmo3", sliding_window=32, layer_types=["full_attention", "sliding_attention"] * 3)
+    ),
+    "minimax_m2-small": _small(
+        "minimax_m2",
+        head_dim=48,
+        num_local_experts=8,
+        num_experts_per_tok=2,
+        num_mtp_modules=3,
+    ),
+}
+
 EDGE_CASES = {
     "llama-untied-biases": _small("llama", attention_bias=True, mlp_bias=True),
     "llama-tied-no-kv-key": {
@@ -356,6 +515,7 @@ EDGE_CASES = {
         "starcoder2", use_bias=False, tie_word_embeddings=False, sliding_window=64
     ),
     **NEW_FAMILY_CASES,
+    **ISSUE26_CASES,
 }
 
 
@@ -378,6 +538,10 @@ _WRAPPER_CLASSES = {
     "gemma3": "Gemma3ForConditionalGeneration",
     "llama4": "Llama4ForConditionalGeneration",
     "mistral3": "Mistral3ForConditionalGeneration",
+    "gemma4": "Gemma4ForConditionalGeneration",
+    "qwen3_5": "Qwen3_5ForConditionalGeneration",
+    "qwen3_5_moe": "Qwen3_5MoeForConditionalGeneration",
+    "mllama": "MllamaForConditionalGeneration",
 }
 
 
@@ -424,6 +588,53 @@ _SMALL_WRAPPERS = {
         "tie_word_embeddings": False,
     },
 }
+
+_SMALL_WRAPPERS["gemma4-wrapper-vision-audio"] = {
+    **_small_wrapper(
+        "gemma4",
+        _small(
+            "gemma4_text",
+            **{**_GEMMA4, "hidden_size_per_layer_input": 8},
+            num_hidden_layers=5,
+            num_kv_shared_layers=2,
+            layer_types=["sliding_attention", "full_attention"] * 2 + ["full_attention"],
+        ),
+        {
+            "model_type": "gemma4_vision",
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 16,
+            "position_embedding_size": 64,
+            "use_clipped_linears": True,
+            "standardize": True,
+        },
+    ),
+    "audio_config": {
+        "model_type": "gemma4_audio",
+        "hidden_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "subsampling_conv_channels": [16, 8],
+        "output_proj_dims": 48,
+    },
+}
+
+_SMALL_WRAPPERS["qwen3_5-wrapper"] = _small_wrapper(
+    "qwen3_5",
+    _small("qwen3_5_text", **_QWEN3_5),
+    {"model_type": "qwen3_5_vision", **_QWEN3_5_VISION},
+)
+_SMALL_WRAPPERS["qwen3_5_moe-wrapper"] = _small_wrapper(
+    "qwen3_5_moe",
+    _small(
+        "qwen3_5_moe_text", **_QWEN3_5, num_experts=4, num_experts_per_tok=2,
+        moe_intermediate_size=32, shared_expert_intermediate_size=64,
+    ),
+    {"model_type": "qwen3_5_moe_vision", **_QWEN3_5_VISION},
+)  # fmt: skip
 
 _WRAPPERS = [
     *(
