@@ -10,7 +10,6 @@ searches), which is the same decision `fit.fits` reports.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -28,13 +27,11 @@ from service.application.resolve import (
     resolve_speculative,
 )
 from service.estimator import memo
-from service.estimator.answer import ModelSpec
+from service.estimator.answer import ModelSpec, judge_inference
 from service.estimator.errors import EstimatorError
 from service.estimator.gpu import GpuSpec
 from service.estimator.inference import InferenceRequest
-from service.estimator.inference.evaluate import check_length
-from service.estimator.inference.request import resolved, setup_for, validate_workload
-from service.estimator.inference.verdict import Verdict, judge
+from service.estimator.inference.verdict import Verdict
 from service.estimator.result import FitReason
 from service.scheduling.plan import Plan
 from service.schemas.estimates import EstimateResponse, InferenceRequestBody
@@ -88,7 +85,7 @@ class Check:
 
     @property
     def verdict(self) -> VerdictName:
-        if self.plan.problems:
+        if self.plan.problems or any(v.reason is FitReason.TOO_FEW_GPUS for v in self.gpu_verdicts):
             return "will_not_start"
         judged = [v for v in self.gpu_verdicts if v.reason is not None]
         if not judged:
@@ -146,18 +143,9 @@ def prepare(plan: Plan, catalogs: Catalogs) -> Prepared | ReadProblem:
 
 
 def judge_on(prepared: Prepared, gpu: GpuSpec) -> Verdict:
-    """The estimator's verdict on ``gpu`` at the plan's layout (raises EstimatorError)."""
-    req = dataclasses.replace(
-        prepared.request,
-        architecture=prepared.model.architecture,
-        gpu_memory_bytes=gpu.total_bytes,
-        gpu=gpu,
-    )
-    req = resolved(req)
-    validate_workload(req)
-    setup = setup_for(req)
-    check_length(setup, req.seq_len)
-    return judge(req, setup, gpu.total_bytes)
+    """The estimator's verdict on ``gpu`` with the GPUs the plan gives its layout: the
+    judgement the estimate's ``fit.fits`` is (raises EstimatorError)."""
+    return judge_inference(prepared.model, prepared.request, gpu, prepared.plan.gpus_given)
 
 
 def verdict_on(prepared: Prepared, ref: str, gpu: GpuSpec) -> GpuVerdict:

@@ -139,11 +139,20 @@ class Plan:
     problems: tuple[ReadProblem, ...] = ()
     """Reasons the engine would not start that are not about memory (too few GPUs)."""
     ignored: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+    short_gpus: int | None = None
+    """GPUs the whole deployment gets when its pods request fewer than the layout uses."""
 
     @property
     def engine_gpus(self) -> int:
         """GPUs the engine's layout uses: TP × PP × DP."""
         return self.tensor * self.pipeline * self.data
+
+    @property
+    def gpus_given(self) -> int:
+        """GPUs the deployment gets: the layout's, or fewer when its pods request fewer than
+        their ranks use (the estimate then finds ``too_few_gpus``)."""
+        short = self.short_gpus
+        return self.engine_gpus if short is None else short
 
     def with_gpu(self, ref: str | None = None, memory_bytes: int | None = None) -> dict[str, Any]:
         """The estimate body judged on ``ref`` (or a GPU of ``memory_bytes``) at the engine's
@@ -155,7 +164,7 @@ class Plan:
             body["gpu_memory_bytes"] = memory_bytes
         else:
             return body
-        body["gpu_count"] = self.engine_gpus
+        body["gpu_count"] = self.gpus_given
         return body
 
 
@@ -415,8 +424,11 @@ def plan_command(
             f"{data_local} of the {data} data-parallel ranks run in this pod "
             "(--data-parallel-size-local); the estimate judges all of them"
         )
+    short_gpus: int | None = None
     if requested is not None:
         if requested.value < needed:
+            # Each pod of the deployment holds data_local of its data ranks.
+            short_gpus = max(1, requested.value * data // max(1, data_local))
             problems.append(
                 ReadProblem(
                     requested.source,
@@ -459,6 +471,7 @@ def plan_command(
             notes=tuple(dict.fromkeys(notes)),
             problems=tuple(problems),
             ignored=tuple((arg.text, arg.source) for arg in command.ignored_args),
+            short_gpus=short_gpus,
         ),
         None,
     )
