@@ -35,6 +35,7 @@ from service.workloads.models import ModelRef
 from service.workloads.sources import ReadProblem, Sourced
 
 __all__ = [
+    "POD_MODEL_FIX",
     "OptionReading",
     "Plan",
     "engine_version",
@@ -43,6 +44,14 @@ __all__ = [
     "plan_command",
     "plan_workload",
 ]
+
+# What a Pod's author does when the service cannot tell the model from the Pod (a path, a
+# storage URI, an unexpanded variable): vLLM and SGLang take a Hugging Face id and load it
+# from a mounted Hugging Face cache (HF_HOME) without downloading under HF_HUB_OFFLINE=1.
+POD_MODEL_FIX = (
+    "name it by its Hugging Face id; with HF_HOME on the volume and HF_HUB_OFFLINE=1 the "
+    "engine loads it from there"
+)
 
 # What the estimate does with options read that no engine declares (environment switches).
 _ENV_NOTES: Mapping[str, str] = {
@@ -315,6 +324,7 @@ def _model(
             "model",
             "the workload names no model",
             "give the model in the command line, or `model` in the request",
+            pod_fix=POD_MODEL_FIX,
         )
     if ref.repo_id is not None:
         return Sourced(ref.repo_id, ref.source), None
@@ -322,6 +332,7 @@ def _model(
         ref.source,
         f"the model is given as {ref.given!r} ({ref.scheme}), which does not say which model it is",
         "give the Hugging Face id as `model` in the request",
+        pod_fix=POD_MODEL_FIX,
     )
 
 
@@ -434,7 +445,7 @@ def plan_command(
                     requested.source,
                     f"{requested.value} GPU(s) given, but the engine's layout (TP {tensor} × "
                     f"PP {pipeline} × DP {data_local}) needs {needed}: it will not start",
-                    f"request {needed} GPUs or lower the parallel sizes",
+                    f"set {requested.source} to {needed}, or lower the engine's parallel sizes",
                 )
             )
         elif requested.value > needed and requested.value != tensor * pipeline * data:

@@ -41,6 +41,7 @@ from service.catalog.model_catalog import load_model_catalog
 from service.estimator.result import REASON_TEXT, FitReason
 from service.scheduling.admission import MODE_KEY
 from tests.api.k8s_objects import to_json
+from tests.api.test_pod_advice import assert_followable_in_a_pod
 
 # Chosen to cover the kinds of model the estimator treats differently; the whole catalog is
 # sampled besides.
@@ -289,6 +290,8 @@ def test_verdict_fit_summary_admission_and_estimate_agree(
     decision = client.post("/v1/admission/deny", json=_review(pod))
     assert decision.status_code == 200, decision.text[:400]
     response = decision.json()["response"]
+    for text in [*response.get("warnings", []), response.get("status", {}).get("message", "")]:
+        assert_followable_in_a_pod(text)
     if answer.status_code == 422:
         # Nothing the service could size: admission never denies what it could not judge.
         assert response["allowed"] is True, (answer.json()["detail"], response)
