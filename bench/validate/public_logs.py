@@ -111,6 +111,15 @@ NOT_MODELLED = {
         "two pipeline stages on different GPUs (RTX 5070 Ti 16 GB, RTX 5090 D 32 GB) with an "
         "uneven VLLM_PP_LAYER_PARTITION=16,32: the estimate places one GPU type and even stages"
     ),
+    # A developer's test run (vllm-project/vllm#17122): the log shows tokens and concurrency,
+    # not the command. 0.8.5 charges every byte on the device to the budget, and the tokens
+    # leave 5.6 GiB beside the weights at the default 0.9, where 0.8.5's code on an L40S (Ada)
+    # charges 1.8 GiB; 1024 sequences, a utilization near 0.8 or another process would each
+    # account for it (the CSV notes give what was checked).
+    "v_pr17122_l40s": (
+        "command not printed: gpu_memory_utilization, max_num_seqs and the entrypoint, which "
+        "set 0.8.5's pool, are not stated (the row's notes: what the L40S code path charges)"
+    ),
 }
 
 #: Rows whose release is not printed but whose log lines exist in one modelled line only.
@@ -158,11 +167,12 @@ ROW_OPTIONS: dict[str, dict[str, Any]] = {
     # tracebacks), pip installs of a wheel that does not require flashinfer. v_brendan keeps
     # ``auto``: its installation script pip-installs vllm and then sglang[all], whose runtime
     # extra requires flashinfer_python.
-    # v_pr17122_l40s and v_pr21429_q3_235b are the test runs of vLLM developers' pull requests,
-    # development builds of a source checkout, whose requirements do not include flashinfer.
+    # v_pr21429_q3_235b is the test run of a vLLM developer's pull request, a development build
+    # of a source checkout, whose requirements do not include flashinfer. v_abc_l4_l31_8b's
+    # 0.11.0 log says "FlashInfer is not available" (a pip install in a notebook).
     "v_dl_7b_2g40_05": {"sampler": "native"},
-    "v_pr17122_l40s": {"sampler": "native"},
     "v_pr21429_q3_235b": {"sampler": "native"},
+    "v_abc_l4_l31_8b": {"sampler": "native"},
     "v_23278": {"sampler": "native"},
     "v_27508": {"sampler": "native"},
     # Started through the Python ``LLM`` class (vLLM's LLM_CLASS usage context, whose V1
@@ -181,19 +191,7 @@ NON_DRIVER_FIGURES = frozenset({"v_13061"})
 
 #: Rows whose pool error is not explained, with what was checked: shown and counted in every
 #: figure, bounded by the tests on their own (tests/validation/test_public_logs_vllm.py).
-UNEXPLAINED_POOL = {
-    "v_pr17122_l40s": (
-        "+19.7 % tokens: the log implies 5.6 GiB charged beside the weights on an L40S at the "
-        "default 0.9, the estimate 0.9 GiB (0.8.5's budget counts everything on the device, "
-        "so another process on the GPU or a utilization the excerpt does not show would do it; "
-        "the command is not printed)"
-    ),
-    "v_llmd_h100_mistral_small32": (
-        "-10.8 % pool: vLLM printed a 2.12 GiB activation peak, the estimate 5.06 (the native "
-        "sort on 1024 rows); FlashInfer's sampler, which 0.11.0 takes when installed, gives "
-        "2.09, but the same document's other runs in the same image print the native peak"
-    ),
-}
+UNEXPLAINED_POOL: dict[str, str] = {}
 
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
@@ -511,7 +509,7 @@ def report() -> str:
             f"{_fmt(c.measured, c.unit)} | {c.unit} | {c.error * 100:+.2f}% |"
         )
     lines += ["", "### Rows whose pool error is not explained", ""]
-    lines += [f"- {row}: {why}." for row, why in UNEXPLAINED_POOL.items()]
+    lines += [f"- {row}: {why}." for row, why in UNEXPLAINED_POOL.items()] or ["None."]
     lines += ["", f"### Not scored ({len(excluded)} rows)", "", "| row | reason |", "|---|---|"]
     for e in excluded:
         lines.append(f"| {e.row} | {e.reason} |")

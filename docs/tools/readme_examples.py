@@ -83,6 +83,27 @@ EXAMPLES: list[tuple[str, str, str]] = [
         "\"itl_ms\": 30, \"requests_per_s\": 50}}' | jq '{performance, sizing}'",
     ),
     (
+        "Inference: a production deployment (data and expert parallelism)",
+        "DeepSeek-V3 as vLLM's DP 8 + EP layout on 8 H200s with DeepEP's low-latency "
+        "dispatch: each GPU holds an eighth of the routed experts and a copy of the rest "
+        "([docs/inference.md](docs/inference.md), \"Production deployments\"):",
+        'curl -s $BASE/v1/estimate/inference -d \'{"model": "deepseek-ai/DeepSeek-V3", '
+        '"engine": "vllm", "gpu": "h200", "data_parallel_size": 8, "expert_parallel": true, '
+        '"engine_options": {"all2all_backend": "deepep_low_latency"}}\' '
+        "| jq '{summary, weights_per_gpu: .per_gpu.breakdown.weights, layout: .fit.layout}'",
+    ),
+    (
+        "Inference: several engines on one GPU",
+        "Two vLLM servers at 0.45 of an H100 each, time-sliced: what each holds and whether "
+        "both start:",
+        "curl -s $BASE/v1/estimate/colocated -d '{\"gpu\": \"h100-sxm-80gb\", \"workloads\": "
+        "[{\"model\": \"meta-llama/Llama-3.1-8B-Instruct\", \"engine\": \"vllm\", "
+        "\"engine_options\": {\"gpu_memory_utilization\": 0.45}}, {\"model\": "
+        "\"Qwen/Qwen2.5-7B-Instruct\", \"engine\": \"vllm\", \"engine_options\": "
+        "{\"gpu_memory_utilization\": 0.45}}]}' | jq '{summary, held_bytes, "
+        "workloads: [.workloads[] | {sees_bytes, held_bytes, fits}]}'",
+    ),
+    (
         "Fine-tuning: the PAI guide's example with the simple rules",
         "7B in FP16, full fine-tuning with Adam, batch 1, 2048 tokens:",
         "curl -s $BASE/v1/estimate/finetune "

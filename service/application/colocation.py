@@ -13,6 +13,7 @@ from service.application.estimate_service import Catalogs, answer_body
 from service.application.metrics import Metrics
 from service.application.render import render_estimate
 from service.application.resolve import ad_hoc_gpu, resolve_gpu, resolve_model
+from service.estimator.cancel import checkpoint
 from service.estimator.engines import get_engine
 from service.estimator.engines.overhead import cuda_context_bytes
 from service.estimator.errors import InvalidRequest
@@ -60,6 +61,7 @@ def run_colocated(
     tenants: dict[int, TenantOut] = {}
     held_so_far = 0
     for i in order:
+        checkpoint()  # past the request's deadline, the remaining workloads are not estimated
         work = body.workloads[i]
         engine = get_engine(work.engine)
         sees = limit if limit is not None else total

@@ -133,7 +133,9 @@ class Metrics:
             "off) and the decision: allowed (no warning), warned (allowed with warnings), "
             "denied, skipped (no GPU serving workload, an operation other than CREATE or "
             "UPDATE, or mode off for the object), unreadable (the review could not be read; "
-            "allowed with a warning), failed (an unexpected error; allowed with a warning).",
+            "allowed with a warning), failed (an unexpected error; allowed with a warning), "
+            "unchecked (the replica saturated or the review past its deadline before it was "
+            "checked; allowed with a warning, or denied under LLMMEM_ADMISSION_UNCHECKED=deny).",
             ("mode", "decision"),
             registry=self.registry,
             namespace=NAMESPACE,

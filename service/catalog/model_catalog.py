@@ -122,6 +122,11 @@ class ModelEntry:
         return (self.id, *self.aliases)
 
 
+def _lookup_key(name: str) -> str:
+    """How a name is looked up: case and surrounding blanks do not matter."""
+    return name.strip().lower()
+
+
 class ModelCatalog:
     """Models by case-insensitive id or alias; other names through the alias rules."""
 
@@ -145,11 +150,11 @@ class ModelCatalog:
         return len(self._entries)
 
     def __contains__(self, model_id: object) -> bool:
-        return isinstance(model_id, str) and model_id.lower() in self._index
+        return isinstance(model_id, str) and _lookup_key(model_id) in self._index
 
     def get(self, model_id: str) -> ModelEntry:
         """The entry whose id or alias is ``model_id`` (any case); NotFound otherwise."""
-        entry = self._index.get(model_id.strip().lower())
+        entry = self._index.get(_lookup_key(model_id))
         if entry is not None:
             return entry
         names = {name.lower(): name for e in self._entries for name in e.names}
@@ -191,7 +196,7 @@ class ModelCatalog:
     def resolve_name(self, name: str) -> NameMatch | None:
         """A name no catalog id, alias or GGUF repository matches, read by the alias rules
         (:mod:`.model_aliases`): None when no rule reads it."""
-        if self._names is None or name.strip().lower() in self._index:
+        if self._names is None or _lookup_key(name) in self._index:
             return None
         return self._names.resolve(name)
 

@@ -16,12 +16,21 @@ What it does, in order:
 4. Anything the estimator could not read (a model given as a path, a model or GPU not in the
    catalog): allowed with a warning. Admission never fails because of the estimator, and never
    denies on a model the alias rules read from its name (a guess): allowed with a warning.
+5. What the service cannot check in time or within its bounds is answered as the webhook's
+   ``failurePolicy: Ignore`` would have it, but with a warning that says why: an object over
+   the limit table's bounds (service/schemas/limits.py: depth, keys, serving or training
+   containers), or a review whose deadline (``LLMMEM_ADMISSION_DEADLINE_S``, below the
+   webhook's ``timeoutSeconds``) passed between two containers: the containers checked by
+   then keep their verdicts, the rest are named unchecked. ``LLMMEM_ADMISSION_UNCHECKED=deny``
+   denies such a review instead (``failurePolicy: Fail``, with the reason). Serving and
+   training containers alike.
 
 Warnings stay short (the API server passes 120 characters comfortably and cuts at 256,
 `service.workloads.admission.WARNING_LIMIT`); the denial message carries the details.
 
 Every review is counted (`Metrics.observe_admission`): the route's default mode, the decision
-(allowed, warned, denied, skipped, unreadable, failed) and each sized container's verdict.
+(allowed, warned, denied, skipped, unreadable, failed; ``unchecked`` is counted by the route,
+which answers a review the pool could not run in time) and each sized container's verdict.
 An object without ``kind`` is read as the kind the request names (``request.kind``).
 """
 
@@ -33,12 +42,14 @@ from typing import Any, Literal
 
 from service.application.estimate_service import Catalogs
 from service.application.metrics import Metrics
+from service.estimator.cancel import Cancelled, checkpoint
 from service.estimator.engines import get_engine
 from service.estimator.result import FitReason
 from service.scheduling.check import Check, check_plan
 from service.scheduling.plan import Plan
 from service.scheduling.preflight import Overrides, WorkloadUnreadable, plans_for_object
 from service.scheduling.training import judge_training
+from service.schemas.limits import LIMITS, OverLimits, object_problem
 from service.workloads.admission import (
     AdmissionRequest,
     AdmissionResponse,
@@ -53,9 +64,19 @@ logger = logging.getLogger("service.admission")
 # The label a Pod pins a GPU product with (GPU Feature Discovery's; what `fits_on` lists).
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 
-__all__ = ["DEFAULT_MODE", "MODES", "MODE_KEY", "Mode", "review"]
+__all__ = [
+    "DEFAULT_MODE",
+    "MODES",
+    "MODE_KEY",
+    "Mode",
+    "Unchecked",
+    "review",
+    "unchecked_review",
+]
 
 Mode = Literal["deny", "warn", "off"]
+# What a review the service could not check (over the bounds, out of time) gets.
+Unchecked = Literal["allow", "deny"]
 MODES: tuple[Mode, ...] = ("deny", "warn", "off")
 MODE_KEY = "llm-memory.io/admission-mode"
 DEFAULT_MODE: Mode = "warn"
@@ -188,6 +209,32 @@ def _judge(check: Check, who: str) -> tuple[str | None, str | None]:
     return None, None
 
 
+def unchecked(
+    uid: str, why: str, policy: Unchecked, warnings: tuple[str, ...] = ()
+) -> AdmissionResponse:
+    """The answer to a review the service could not check: allowed with a warning saying why
+    (``failurePolicy: Ignore``), or denied with the reason under ``policy`` deny."""
+    note = f"{PREFIX}not checked: {why}"
+    if policy == "deny":
+        return AdmissionResponse(
+            uid=uid,
+            allowed=False,
+            code=403,
+            reason="Forbidden",
+            message=f"GPU memory check not done ({why}); unchecked reviews are denied "
+            "(LLMMEM_ADMISSION_UNCHECKED=deny)",
+            warnings=(*warnings, note),
+        )
+    return AdmissionResponse(uid=uid, allowed=True, warnings=(*warnings, note))
+
+
+def _ran_out(done: int, total: int) -> str:
+    return (
+        f"the check ran out of time (LLMMEM_ADMISSION_DEADLINE_S) with {done} of {total} "
+        "containers checked"
+    )
+
+
 def _with_kind(obj: Mapping[str, object], request: AdmissionRequest) -> Mapping[str, object]:
     """The object with the kind the request names, where the object itself carries none."""
     if obj.get("kind") or not request.kind.kind:
@@ -198,7 +245,11 @@ def _with_kind(obj: Mapping[str, object], request: AdmissionRequest) -> Mapping[
 
 
 def decide(
-    request: AdmissionRequest, default: Mode, catalogs: Catalogs, metrics: Metrics
+    request: AdmissionRequest,
+    default: Mode,
+    catalogs: Catalogs,
+    metrics: Metrics,
+    policy: Unchecked = "allow",
 ) -> tuple[AdmissionResponse, tuple[str, ...]]:
     """The webhook's answer to a review it could read, and each sized container's verdict
     (empty when nothing was sized: the object was let through untouched)."""
@@ -209,12 +260,25 @@ def decide(
     mode, mode_warning = _mode(obj, default)
     if mode == "off":
         return allowed, ()
+    warnings: list[str] = [mode_warning] if mode_warning else []
+    # Bounded before anything reads the object's workloads (the limit table).
+    over = object_problem(obj)
+    if over is not None:
+        return unchecked(request.uid, over, policy, tuple(warnings)), ()
     # Training jobs: the same decision from the training judgement.
-    training = judge_training(obj, catalogs, metrics, PREFIX)
+    try:
+        training = judge_training(obj, catalogs, metrics, PREFIX)
+    except OverLimits as exc:
+        return unchecked(request.uid, exc.detail, policy, tuple(warnings)), ()
     if training is not None:
-        warned = (*([mode_warning] if mode_warning else []), *training.warnings)
-        audit = {"verdict": ",".join(dict.fromkeys(training.verdicts))} if training.verdicts else {}
+        warned = [*warnings, *training.warnings]
         judged = tuple(training.verdicts)
+        if training.unfinished is not None:
+            why = _ran_out(*training.unfinished)
+            if policy == "deny":
+                return unchecked(request.uid, why, policy, tuple(warned)), judged
+            warned.append(f"{PREFIX}not checked: {why}")
+        audit = {"verdict": ",".join(dict.fromkeys(training.verdicts))} if training.verdicts else {}
         if training.denials and mode == "deny":
             denied = AdmissionResponse(
                 uid=request.uid,
@@ -222,12 +286,12 @@ def decide(
                 code=403,
                 reason="Forbidden",
                 message="GPU memory check (" + MODE_KEY + "=deny): " + " | ".join(training.denials),
-                warnings=warned,
+                warnings=tuple(warned),
                 audit_annotations=audit,
             )
             return denied, judged
         return AdmissionResponse(
-            request.uid, True, warnings=warned, audit_annotations=audit
+            request.uid, True, warnings=tuple(warned), audit_annotations=audit
         ), judged
     reading = read_workloads(obj)
     if isinstance(reading, ReadProblem):
@@ -235,7 +299,9 @@ def decide(
     # Problems arise only in engine containers or GPU resources, so they are worth a warning.
     if not reading.requests_gpus and not reading.problems:
         return allowed, ()
-    warnings: list[str] = [mode_warning] if mode_warning else []
+    over = LIMITS.containers_problem(len(reading.workloads))
+    if over is not None:
+        return unchecked(request.uid, over, policy, tuple(warnings)), ()
     denials: list[str] = []
     verdicts: list[str] = []
     try:
@@ -243,12 +309,21 @@ def decide(
     except WorkloadUnreadable as exc:  # pragma: no cover - read_workloads succeeded above
         return AdmissionResponse(request.uid, True, warnings=(f"{PREFIX}{exc.detail}",)), ()
     warnings += [f"{PREFIX}not checked: {p.pod_message()}" for p in problems]
-    for workload, plan in plans:
-        if workload.gpus is None:
-            continue
+    sized = [(w, p) for w, p in plans if w.gpus is not None]
+    for done, (workload, plan) in enumerate(sized):
         who = _name(plan, workload.container)
         pinned_one = len(plan.gpu_refs) == 1
-        check = check_plan(plan, catalogs, metrics, with_estimate=pinned_one)
+        try:
+            checkpoint()
+            check = check_plan(plan, catalogs, metrics, with_estimate=pinned_one)
+        except Cancelled as exc:
+            if str(exc) != "deadline":
+                raise
+            why = _ran_out(done, len(sized))
+            if policy == "deny":
+                return unchecked(request.uid, why, policy, tuple(warnings)), tuple(verdicts)
+            warnings.append(f"{PREFIX}not checked: {why}")
+            break
         if isinstance(check, ReadProblem):
             warnings.append(f"{PREFIX}{who}: not checked: {check.pod_message()}")
             verdicts.append("unknown")
@@ -293,7 +368,19 @@ def _decision(response: AdmissionResponse, verdicts: tuple[str, ...]) -> str:
     return "warned" if response.warnings else "allowed"
 
 
-def review(body: object, default: Mode, catalogs: Catalogs, metrics: Metrics) -> dict[str, Any]:
+def unchecked_review(body: object, why: str, policy: Unchecked = "allow") -> dict[str, Any]:
+    """The AdmissionReview answering ``body`` unchecked (see :func:`unchecked`); what the
+    HTTP layer answers when the review could not even start in time."""
+    return admission_review(unchecked(_uid(body), why, policy))
+
+
+def review(
+    body: object,
+    default: Mode,
+    catalogs: Catalogs,
+    metrics: Metrics,
+    policy: Unchecked = "allow",
+) -> dict[str, Any]:
     """The AdmissionReview JSON answering ``body``; never raises for what it cannot read."""
     request = read_admission_review(body)
     if isinstance(request, ReadProblem):
@@ -305,7 +392,9 @@ def review(body: object, default: Mode, catalogs: Catalogs, metrics: Metrics) ->
         metrics.observe_admission(default, "unreadable")
         return admission_review(response)
     try:
-        answer, verdicts = decide(request, default, catalogs, metrics)
+        answer, verdicts = decide(request, default, catalogs, metrics, policy)
+    except Cancelled:
+        raise  # the client left, or the deadline passed before the check began
     except Exception as exc:
         # Admission must never fail because of the estimator: logged, allowed, warned.
         logger.exception("admission review %s could not be checked", request.uid)

@@ -56,6 +56,11 @@ not fit or cannot be judged scores 0.
 
 Every answer is counted (`Metrics.observe_extender`): the call's outcome, the refusal's
 reason, each node's verdict.
+
+Bounds (service/schemas/limits.py, the table every entry point shares): a Pod over the object
+bounds, or more nodes than the table allows, is refused (422); a Pod with more serving or
+training containers than it allows is not judged (``Error``: ``too_many_containers``). Each
+node's judgement starts with a `checkpoint()`: past the request's deadline the work stops there.
 """
 
 from __future__ import annotations
@@ -71,6 +76,7 @@ from service.application.estimate_service import Catalogs
 from service.application.metrics import Metrics
 from service.application.resolve import ad_hoc_gpu, resolve_gpu
 from service.catalog.gpu_record import MIB
+from service.estimator.cancel import checkpoint
 from service.estimator.errors import EstimatorError, InvalidRequest
 from service.estimator.gpu import GpuSpec
 from service.estimator.result import FitReason
@@ -78,6 +84,7 @@ from service.scheduling.check import GpuVerdict, Prepared, prepare, unknown_gpu,
 from service.scheduling.plan import plan_workload
 from service.scheduling.preflight import image_at
 from service.scheduling.training import training_filter, training_prioritize
+from service.schemas.limits import LIMITS, OverLimits, object_problem
 from service.workloads.extender import (
     MAX_EXTENDER_PRIORITY,
     ExtenderArgs,
@@ -114,6 +121,7 @@ RefusalReason = Literal[
     "names_only_unpinned",
     "names_only_several_products",
     "nodes_unlabelled",
+    "too_many_containers",
 ]
 REFUSAL_REASONS: tuple[RefusalReason, ...] = (
     "pod_unreadable",
@@ -124,6 +132,7 @@ REFUSAL_REASONS: tuple[RefusalReason, ...] = (
     "names_only_unpinned",
     "names_only_several_products",
     "nodes_unlabelled",
+    "too_many_containers",
 )
 _PREFIX = "llm-memory extender"
 _NAMES_ONLY_FIX = (
@@ -167,6 +176,13 @@ def read_args(body: object) -> ExtenderArgs:
     args = read_extender_args(body)
     if isinstance(args, ReadProblem):
         raise InvalidRequest(args.message(), field=args.field)
+    over = object_problem(args.pod)
+    if over is not None:
+        raise InvalidRequest(f"Pod: {over}", field="Pod")
+    count = len(args.nodes) if args.nodes is not None else len(args.node_names or ())
+    over = LIMITS.nodes_problem(count)
+    if over is not None:
+        raise InvalidRequest(f"Nodes: {over}", field="Nodes")
     return args
 
 
@@ -261,10 +277,14 @@ def _read_pod(pod: Mapping[str, object], catalogs: Catalogs) -> _Pod:
         return _Pod()
     if reading.problems:
         return _Pod(refusal=Refusal("workload_unreadable", _messages(reading.problems)))
+    over = LIMITS.containers_problem(len(reading.workloads))
+    if over is not None:
+        return _Pod(refusal=Refusal("too_many_containers", over))
     containers: list[_Container] = []
     for workload in reading.workloads:
         if workload.gpus is None:
             continue
+        checkpoint()
         who = f"container {workload.container or workload.path}"
         plan, problem = plan_workload(workload, image=image_at(pod, workload))
         if plan is None:
@@ -408,7 +428,12 @@ def filter_nodes(args: ExtenderArgs, catalogs: Catalogs, metrics: Metrics) -> Ex
     """Nodes whose GPU fits the pod's model; the others, with the reason, as unresolvable;
     ``Error`` when the pod cannot be judged. The answer lists the nodes in the form they came."""
     as_pod = _as_pod(args)
-    training = training_filter(as_pod, catalogs, node_gpu)  # a training pod: its own branch
+    try:
+        training = training_filter(as_pod, catalogs, node_gpu)  # a training pod: its own branch
+    except OverLimits as exc:
+        refused = _refused(args, Refusal("too_many_containers", exc.detail))
+        _count(metrics, "filter", refused.refusal, refused.verdicts, applicable=True)
+        return refused.result
     if training is not None:
         failed = training.failed_and_unresolvable
         verdicts = [name not in failed for name in args.names]
@@ -434,6 +459,7 @@ def _filter(args: ExtenderArgs, catalogs: Catalogs) -> _Filtered:
     unjudged: list[str] = []
     cache: dict[tuple[int, GpuSpec, int | None], GpuVerdict] = {}
     for node in args.nodes:
+        checkpoint()
         name = node_name(node) or "?"
         verdicts, why_not = _judge_node(pod, node, catalogs, cache)
         if why_not is not None:
@@ -514,7 +540,12 @@ def prioritize_nodes(
 
     Raises `Refused` (a 422 problem document) for a pod it cannot judge.
     """
-    training = training_prioritize(_as_pod(args), catalogs, node_gpu, _score)  # a training pod
+    try:
+        training = training_prioritize(_as_pod(args), catalogs, node_gpu, _score)  # training
+    except OverLimits as exc:
+        refusal = Refusal("too_many_containers", exc.detail)
+        _count(metrics, "prioritize", refusal, [], applicable=True)
+        raise Refused(refusal) from None
     if training is not None:
         _count(metrics, "prioritize", None, [], applicable=True)
         return training
@@ -551,6 +582,7 @@ def _prioritize(
     out: list[HostPriority] = []
     verdicts_out: list[bool | None] = []
     for node in args.nodes:
+        checkpoint()
         name = node_name(node)
         if name is None:
             continue

@@ -3,8 +3,10 @@ each serving container with what was read, where from, the estimate and the verd
 
 Input that names no serving engine, a model the service cannot name, or a flag value the
 engine would refuse raises `WorkloadUnreadable` (a 422 problem document naming the field);
-a GPU product the catalog does not know stays inside the result (`problems`), next to the
-estimate without a fit.
+so does an object with more serving containers than the limit table allows
+(service/schemas/limits.py). A GPU product the catalog does not know stays inside the result
+(`problems`), next to the estimate without a fit. Each container's check starts with a
+`checkpoint()`: past the request's deadline the work stops there.
 """
 
 from __future__ import annotations
@@ -17,15 +19,18 @@ from typing import Any
 
 from service.application.estimate_service import Catalogs
 from service.application.metrics import Metrics
+from service.estimator.cancel import checkpoint
 from service.estimator.errors import InvalidRequest
 from service.scheduling.check import Check, as_json, check_plan
 from service.scheduling.plan import Plan, plan_command, plan_workload
 from service.scheduling.training import training_preflight
+from service.schemas.limits import LIMITS, OverLimits
 from service.workloads.commands import parse_command
 from service.workloads.kubernetes import ServingWorkload, WorkloadReading, read_workloads
 from service.workloads.sources import ReadProblem, Sourced, WorkloadError
 
 __all__ = [
+    "ObjectOverLimits",
     "Overrides",
     "WorkloadUnreadable",
     "image_at",
@@ -47,6 +52,16 @@ class WorkloadUnreadable(InvalidRequest):
         if len(problems) > 5:
             detail += f" (and {len(problems) - 5} more)"
         super().__init__(detail, field=_field(prefix, first.field))
+
+
+class ObjectOverLimits(WorkloadUnreadable):
+    """An object with more serving containers than the limit table allows."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(
+            [ReadProblem("object", detail, "check fewer containers at a time")], "object"
+        )
+        self.detail_text = detail
 
 
 def _field(prefix: str, source: str) -> str:
@@ -130,10 +145,14 @@ def plans_for_object(
     obj: object, overrides: Overrides
 ) -> tuple[WorkloadReading, list[tuple[ServingWorkload, Plan]], list[ReadProblem]]:
     """Read an object into a plan per serving container; raises `WorkloadUnreadable` for an
-    object that is no workload at all."""
+    object that is no workload at all, `ObjectOverLimits` for one with more serving
+    containers than the limit table allows."""
     reading = read_workloads(obj)
     if isinstance(reading, ReadProblem):
         raise WorkloadUnreadable([reading], "object")
+    over = LIMITS.containers_problem(len(reading.workloads))
+    if over is not None:
+        raise ObjectOverLimits(over)
     plans: list[tuple[ServingWorkload, Plan]] = []
     problems = list(reading.problems)
     for workload in reading.workloads:
@@ -212,17 +231,20 @@ def preflight(
 ) -> dict[str, Any]:
     """The pre-flight answer (JSON-ready, estimates as response models)."""
     # Training jobs (trainer command lines, PyTorchJob, TrainJob, ...): their own branch.
-    training = training_preflight(
-        command=command,
-        obj=obj,
-        files=files,
-        model=overrides.model,
-        gpu=overrides.gpu,
-        gpu_memory_bytes=overrides.gpu_memory_bytes,
-        gpu_count=overrides.gpu_count,
-        catalogs=catalogs,
-        metrics=metrics,
-    )
+    try:
+        training = training_preflight(
+            command=command,
+            obj=obj,
+            files=files,
+            model=overrides.model,
+            gpu=overrides.gpu,
+            gpu_memory_bytes=overrides.gpu_memory_bytes,
+            gpu_count=overrides.gpu_count,
+            catalogs=catalogs,
+            metrics=metrics,
+        )
+    except OverLimits as exc:
+        raise ObjectOverLimits(exc.detail) from None
     if isinstance(training, list):
         raise WorkloadUnreadable(training, "object" if obj is not None else "command")
     if training is not None:
@@ -265,6 +287,7 @@ def preflight(
     results: list[dict[str, Any]] = []
     failures: list[ReadProblem] = []
     for workload, plan in pairs:
+        checkpoint()
         check = check_plan(plan, catalogs, metrics, memory_bytes=overrides.gpu_memory_bytes)
         if isinstance(check, ReadProblem):
             failures.append(check)

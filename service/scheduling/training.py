@@ -17,6 +17,7 @@ from typing import Any
 
 from service.application.estimate_service import Catalogs
 from service.application.metrics import Metrics
+from service.estimator.cancel import Cancelled, checkpoint
 from service.estimator.gpu import GpuSpec
 from service.scheduling.check import GpuVerdict
 from service.scheduling.training_check import (
@@ -28,6 +29,7 @@ from service.scheduling.training_check import (
     training_verdict_on,
 )
 from service.scheduling.training_plan import TrainingPlan, plan_training
+from service.schemas.limits import LIMITS, OverLimits
 from service.workloads.extender import (
     ExtenderArgs,
     ExtenderFilterResult,
@@ -182,6 +184,13 @@ def result_json(check: TrainingCheck) -> dict[str, Any]:
     }
 
 
+def _bounded(workloads: Sequence[TrainingWorkload]) -> None:
+    """The limit table's bound on containers sized per object (service/schemas/limits.py)."""
+    over = LIMITS.containers_problem(len(workloads), "training")
+    if over is not None:
+        raise OverLimits(over)
+
+
 def _plans(
     reading_or_command: list[tuple[TrainingWorkload | None, TrainingCommand]],
     catalogs: Catalogs,
@@ -232,6 +241,7 @@ def training_preflight(
         if isinstance(reading, ReadProblem):
             return [reading]
         kind, name, namespace = reading.kind, reading.name, reading.namespace
+        _bounded(reading.workloads)
         pairs = [(w, w.command) for w in reading.workloads]
         problems += list(reading.problems)
         others = [{"path": o.path, "name": o.name, "reason": o.reason} for o in reading.others]
@@ -254,6 +264,7 @@ def training_preflight(
         return problems
     results: list[dict[str, Any]] = []
     for plan in plans:
+        checkpoint()
         check = check_training(plan, catalogs, metrics, memory_bytes=gpu_memory_bytes)
         if isinstance(check, ReadProblem):
             return [check]
@@ -278,6 +289,8 @@ class TrainingJudgement:
     denials: tuple[str, ...]
     warnings: tuple[str, ...]
     verdicts: tuple[str, ...]
+    # (checked, of): the deadline passed with only the first containers checked.
+    unfinished: tuple[int, int] | None = None
 
 
 def _who(plan: TrainingPlan) -> str:
@@ -339,7 +352,9 @@ def judge_training(
     obj: Mapping[str, object], catalogs: Catalogs, metrics: Metrics, prefix: str
 ) -> TrainingJudgement | None:
     """Admission's judgement of an object's training containers with GPUs; None when it runs
-    no trainer with a GPU (the serving path decides)."""
+    no trainer with a GPU (the serving path decides). Raises `OverLimits` for more containers
+    than the limit table allows; past the request's deadline, the containers not yet checked
+    are left (``unfinished``)."""
     reading = read_training(obj)
     if reading is None or isinstance(reading, ReadProblem):
         return None
@@ -347,15 +362,24 @@ def judge_training(
     warnings = [f"{prefix}not checked: {p.message()}"[:240] for p in reading.problems]
     if not with_gpus:
         return TrainingJudgement((), tuple(warnings), ()) if warnings else None
+    _bounded(with_gpus)
     denials: list[str] = []
     verdicts: list[str] = []
     plans, problems = _plans([(w, w.command) for w in with_gpus], catalogs, None, None, None)
     warnings += [f"{prefix}not checked: {p.message()}"[:240] for p in problems]
-    for plan in plans:
+    unfinished = None
+    for done, plan in enumerate(plans):
         pinned_one = len(plan.gpu_refs) == 1
-        check = check_training(
-            plan, catalogs, metrics, with_estimate=pinned_one, with_suggestions=pinned_one
-        )
+        try:
+            checkpoint()
+            check = check_training(
+                plan, catalogs, metrics, with_estimate=pinned_one, with_suggestions=pinned_one
+            )
+        except Cancelled as exc:
+            if str(exc) != "deadline":
+                raise
+            unfinished = (done, len(plans))
+            break
         if isinstance(check, ReadProblem):
             warnings.append(f"{prefix}{_who(plan)}: not checked: {check.message()}"[:240])
             verdicts.append("unknown")
@@ -366,7 +390,7 @@ def judge_training(
             denials.append(denial)
         if warning is not None:
             warnings.append(warning[:240])
-    return TrainingJudgement(tuple(denials), tuple(warnings), tuple(verdicts))
+    return TrainingJudgement(tuple(denials), tuple(warnings), tuple(verdicts), unfinished)
 
 
 # ------------------------------------------------------------------------------ extender
@@ -387,10 +411,12 @@ def _training_pod(pod: Mapping[str, object], catalogs: Catalogs) -> list[_Ranked
     reading = read_training(pod)
     if reading is None or isinstance(reading, ReadProblem):
         return None
+    _bounded(reading.workloads)
     out: list[_Ranked] = []
     for workload in reading.workloads:
         if workload.gpus is None:
             continue
+        checkpoint()
         plan = plan_training(workload.command, catalogs, workload=workload)
         if isinstance(plan, ReadProblem) or plan.problems:
             continue
@@ -425,7 +451,8 @@ def _node_verdicts(
 def training_filter(
     args: ExtenderArgs, catalogs: Catalogs, node_gpu: NodeGpuOf
 ) -> ExtenderFilterResult | None:
-    """The extender's filter for a training pod; None when the pod runs no trainer."""
+    """The extender's filter for a training pod; None when the pod runs no trainer. Raises
+    `OverLimits` for more containers than the limit table allows."""
     ranked = _training_pod(args.pod, catalogs)
     if ranked is None:
         return None
@@ -434,6 +461,7 @@ def training_filter(
     passing: list[Mapping[str, object]] = []
     failed: dict[str, str] = {}
     for node in args.nodes:
+        checkpoint()
         name = node_name(node) or "?"
         verdicts = _node_verdicts(ranked, node, catalogs, node_gpu) or []
         failure = next((v for v, _, sure in verdicts if not v.fits and sure), None)
@@ -455,7 +483,8 @@ def training_filter(
 def training_prioritize(
     args: ExtenderArgs, catalogs: Catalogs, node_gpu: NodeGpuOf, score: Score
 ) -> tuple[HostPriority, ...] | None:
-    """Scores for a training pod, by the serving score (the tightest fit scores highest)."""
+    """Scores for a training pod, by the serving score (the tightest fit scores highest).
+    Raises `OverLimits` for more containers than the limit table allows."""
     ranked = _training_pod(args.pod, catalogs)
     if ranked is None:
         return None
@@ -463,6 +492,7 @@ def training_prioritize(
         return tuple(HostPriority(name, 0) for name in args.names)
     out: list[HostPriority] = []
     for node in args.nodes:
+        checkpoint()
         name = node_name(node)
         if name is None:
             continue

@@ -15,9 +15,10 @@ from service.schemas.estimates import (
     EstimateResponse,
     InferenceRequestBody,
 )
+from service.schemas.limits import LIMITS
 
-#: At most this many engines on one GPU in one request.
-MAX_TENANTS = 16
+#: At most this many engines on one GPU in one request (the limit table).
+MAX_TENANTS = LIMITS.colocated_workloads
 Sharing = Literal["time-slicing", "mps"]
 
 

@@ -33,40 +33,10 @@ from service.schemas.estimates import (
     LayoutOut,
     WeightFormat,
 )
+from service.schemas.limits import LIMITS, object_problem
 from service.workloads.extender import MAX_EXTENDER_PRIORITY, MIN_EXTENDER_PRIORITY
 
-# A Kubernetes object is deeper than a config.json (a node affinity term sits 12 levels down)
-# and larger (a Deployment with its status); still bounded so that no request is unbounded work.
-MAX_OBJECT_DEPTH = 32
-MAX_OBJECT_KEYS = 20_000
-MAX_COMMAND_CHARS = 65_536
-MAX_ARGV = 4096
-MAX_FILES = 32
-MAX_FILE_CHARS = 1 << 20
-MAX_FILES_CHARS = 4 << 20
-
 Verdict = Literal["fits", "does_not_fit", "fits_some", "will_not_start", "unknown"]
-
-
-def _bounded_object(value: Any) -> Any:
-    """Depth and key count of a JSON value, refused past the bounds (iterative walk)."""
-    stack = [(value, 1)]
-    count = 0
-    while stack:
-        node, depth = stack.pop()
-        children = (
-            node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
-        )
-        for child in children:
-            count += 1
-            if count > MAX_OBJECT_KEYS or depth + 1 > MAX_OBJECT_DEPTH:
-                raise ValueError(
-                    f"object too deep or too large (at most {MAX_OBJECT_DEPTH} levels and "
-                    f"{MAX_OBJECT_KEYS} keys); send the workload object alone"
-                )
-            if isinstance(child, dict | list):
-                stack.append((child, depth + 1))
-    return value
 
 
 class PreflightRequest(RequestModel):
@@ -104,10 +74,10 @@ class PreflightRequest(RequestModel):
     )
 
     command: (
-        Annotated[str, Field(min_length=1, max_length=MAX_COMMAND_CHARS)]
+        Annotated[str, Field(min_length=1, max_length=LIMITS.command_chars)]
         | Annotated[
-            list[Annotated[str, Field(max_length=MAX_COMMAND_CHARS)]],
-            Field(min_length=1, max_length=MAX_ARGV),
+            list[Annotated[str, Field(max_length=LIMITS.command_chars)]],
+            Field(min_length=1, max_length=LIMITS.argv),
         ]
     ) = Field(  # type: ignore[assignment]
         None,
@@ -166,12 +136,12 @@ class PreflightRequest(RequestModel):
     files: (
         dict[
             Annotated[str, Field(min_length=1, max_length=4096)],
-            Annotated[str, Field(max_length=MAX_FILE_CHARS)],
+            Annotated[str, Field(max_length=LIMITS.file_chars)],
         ]
         | None
     ) = Field(
         None,
-        max_length=MAX_FILES,
+        max_length=LIMITS.files,
         description="Config files a training job names, by the path the job opens them at "
         "(`ds_z3.json`, `/etc/config/fsdp.yaml`, `examples/train_lora/llama3_lora_sft.yaml`): "
         "DeepSpeed JSON, accelerate configs, LLaMA-Factory, axolotl and torchtune recipes. A "
@@ -183,7 +153,10 @@ class PreflightRequest(RequestModel):
     @field_validator("object")
     @classmethod
     def _bounded(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        return value if value is None else _bounded_object(value)
+        problem = None if value is None else object_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
 
     @field_validator("hf_config")
     @classmethod
@@ -200,8 +173,9 @@ class PreflightRequest(RequestModel):
     @field_validator("files")
     @classmethod
     def _bounded_files(cls, value: dict[str, str] | None) -> dict[str, str] | None:
-        if value is not None and sum(len(text) for text in value.values()) > MAX_FILES_CHARS:
-            raise ValueError(f"the files hold more than {MAX_FILES_CHARS} characters together")
+        chars = LIMITS.files_chars
+        if value is not None and sum(len(text) for text in value.values()) > chars:
+            raise ValueError(f"the files hold more than {chars} characters together")
         return value
 
     @model_validator(mode="after")

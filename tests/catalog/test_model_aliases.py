@@ -249,3 +249,14 @@ def test_any_name_resolves_or_is_a_not_found(name: str) -> None:
         assert exc.field == "model"
     else:
         assert model.resolution is not None and model.parameter_count > 0
+
+
+@pytest.mark.parametrize(
+    "name", ["Llama-2-7b ", " meta-llama/Llama-3.1-8B-Instruct", "QWEN/qwen2.5-7b-instruct\t"]
+)
+def test_blanks_and_case_around_a_catalog_name_do_not_matter(name: str) -> None:
+    """Found by the property test above: the catalog's membership test and its lookup must
+    read a name the same way (a name with a trailing blank reached an unreachable branch)."""
+    assert name in _CATALOG
+    model = _named_model(name, _CATALOG, None)
+    assert model.parameter_count > 0

@@ -223,3 +223,29 @@ def test_extreme_finetune_requests_do_bounded_work(
     response = client.post("/v1/estimate/finetune", json=body)
     assert response.status_code in (200, 422), response.text[:300]
     assert calls.count <= FINETUNE_STAGE_EVALUATIONS
+
+
+@pytest.mark.parametrize("kind", ["largest", "smallest", "smallest-doubling"])
+def test_a_search_stops_at_the_first_evaluation_after_its_work_is_cancelled(kind: str) -> None:
+    # Issue 28 §2: work past its deadline stops where it is. The token is set during the
+    # fourth evaluation; no fifth begins.
+    from service.estimator.cancel import Cancelled, CancelToken, running
+
+    token = CancelToken(deadline=float("inf"))
+    calls = 0
+
+    def predicate(n: int) -> bool:
+        nonlocal calls
+        calls += 1
+        if calls == 4:
+            token.cancel("deadline")
+        return n < 10**12 if kind == "largest" else n > 10**12
+
+    with running(token), pytest.raises(Cancelled, match="deadline"):
+        if kind == "largest":
+            search.largest_true(predicate, 1, 10**18)
+        else:
+            search.smallest_true(predicate, 1, 10**18, monotone=kind == "smallest")
+    assert calls == 4
+    # Without a token (tests, the bench) a search runs to its answer.
+    assert search.largest_true(lambda n: n < 1000, 1, 10**18) == 999

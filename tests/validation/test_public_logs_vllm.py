@@ -48,7 +48,7 @@ def test_weights_and_kv_bytes_per_token_within_1_percent(
 
 @pytest.mark.parametrize(
     ("component", "count", "mean_bound"),
-    [("kv_pool", 36, 0.02), ("kv_tokens", 27, 0.02), ("max_concurrency", 26, 0.02)],
+    [("kv_pool", 36, 0.02), ("kv_tokens", 26, 0.02), ("max_concurrency", 25, 0.02)],
 )
 def test_pool_and_concurrency_reached(
     evaluated: tuple[list[p.Case], list[p.Verdict], list[p.Excluded]],
@@ -57,7 +57,7 @@ def test_pool_and_concurrency_reached(
     mean_bound: float,
 ) -> None:
     # The docs' figures (docs/accuracy.md): mean <= 2 % over every scored row, the rows of
-    # UNEXPLAINED_POOL included; every other row within 5 %.
+    # UNEXPLAINED_POOL (none at present) included; every other row within 5 %.
     cases = evaluated[0]
     n, mae, _ = _mae(cases, component)
     assert n >= count
@@ -66,28 +66,35 @@ def test_pool_and_concurrency_reached(
     assert max(abs(c.error) for c in explained) <= 0.05
 
 
-def test_unexplained_pool_rows_stay_where_the_docs_put_them(
+def test_multimodal_row_on_0_11_0_samples_with_flashinfer(
     evaluated: tuple[list[p.Case], list[p.Verdict], list[p.Excluded]],
 ) -> None:
-    errors = {
-        (c.row, c.component): c.error
-        for c in evaluated[0]
-        if c.row in p.UNEXPLAINED_POOL and c.component in ("kv_pool", "kv_tokens")
-    }
-    assert errors[("v_pr17122_l40s", "kv_tokens")] == pytest.approx(0.197, abs=0.01)
-    assert errors[("v_llmd_h100_mistral_small32", "kv_pool")] == pytest.approx(-0.108, abs=0.01)
+    # Mistral-Small-3.2 on vLLM 0.11.0 (llm-d-benchmark's results doc): its printed activation
+    # peak, 2.12 GiB at 1024 sampler rows, is below the native sort's 1024 × 131072 × 36 B =
+    # 4.5 GiB alone; 0.11.0's image samples with FlashInfer. Its pool, tokens and concurrency
+    # then fall within 1 % of the log; no row is left unexplained.
+    assert p.UNEXPLAINED_POOL == {}
+    errors = {c.component: c.error for c in evaluated[0] if c.row == "v_llmd_h100_mistral_small32"}
+    for component in ("kv_pool", "kv_tokens", "max_concurrency"):
+        assert abs(errors[component]) <= 0.01, (component, errors[component])
+
+
+def test_rows_without_the_flags_that_set_the_pool_are_not_scored(
+    evaluated: tuple[list[p.Case], list[p.Verdict], list[p.Excluded]],
+) -> None:
+    excluded = {e.row: e.reason for e in evaluated[2]}
+    assert "not stated" in excluded["v_pr17122_l40s"]
 
 
 def test_pool_figure_median_per_cell(
     evaluated: tuple[list[p.Case], list[p.Verdict], list[p.Excluded]],
 ) -> None:
     # Every row's pool figure (bench/validate/public_logs_cells.py): median <= 1 % overall, and
-    # each release-line group's median within the 2 % of the issue except where the docs name
-    # the cause (the 0.8 - 0.10 group holds the unexplained L40S row).
+    # each release-line group's median within the 2 % of the issue.
     from bench.validate import public_logs_cells as cells
 
     pcs = cells.pool_cases(evaluated[0])
-    assert len(pcs) >= 39
+    assert len(pcs) >= 38
     assert statistics.median(abs(c.error) for c in pcs) <= 0.01
     for group, _ in cells.LINE_GROUPS:
         errs = [abs(c.error) for c in pcs if c.group == group]

@@ -14,7 +14,7 @@ from fastapi import APIRouter, Path, Request, Response
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
-from service.api.concurrency import run_cpu_bound
+from service.api.concurrency import DeadlineExceeded, Overloaded, run_cpu_bound
 from service.api.problems import problem_responses
 from service.application.estimate_service import Catalogs, app_catalogs
 from service.scheduling import admission, extender
@@ -96,20 +96,40 @@ def _preflight(
     )
 
 
+# How long a review past its deadline may take to hand back what it checked: the container in
+# progress finishes first (a cold vLLM container with its fit on every catalog GPU: tens of ms).
+_ADMISSION_GRACE_S = 0.5
+
+
 async def _review(request: Request, mode: admission.Mode) -> Response:
     raw = await request.body()
     try:
         body: object = orjson.loads(raw)
     except orjson.JSONDecodeError:
         body = None  # answered allowed, with a warning that the review could not be read
-    answer = await run_cpu_bound(
-        request,
-        admission.review,
-        body,
-        mode,
-        _catalogs(request),
-        request.app.state.metrics,
-    )
+    settings = request.app.state.settings
+    policy = settings.admission_unchecked
+    try:
+        answer = await run_cpu_bound(
+            request,
+            admission.review,
+            body,
+            mode,
+            _catalogs(request),
+            request.app.state.metrics,
+            policy,
+            deadline_s=settings.admission_deadline_s,
+            grace_s=_ADMISSION_GRACE_S,
+        )
+    except (DeadlineExceeded, Overloaded) as exc:
+        # The API server waits timeoutSeconds at most: an answer now, saying why, beats a 503.
+        why = (
+            "the replica is saturated"
+            if isinstance(exc, Overloaded)
+            else f"the review did not start or finish within {settings.admission_deadline_s:g} s"
+        )
+        answer = admission.unchecked_review(body, why, policy)
+        request.app.state.metrics.observe_admission(mode, "unchecked")
     return _json(answer)
 
 

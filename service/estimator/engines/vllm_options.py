@@ -78,7 +78,7 @@ def derived_max_model_len(arch: Architecture, line: VllmLine = NEWEST) -> int:
     """vLLM's ``_get_and_verify_max_len`` without a user value: the config's context (from
     0.8.5 a stated ``model_max_length`` replaces it, before it only lowers it), scaled by the
     rope factor except for Gemma 3 and the su / longrope / llama3 types, yarn scaling the
-    original context (not in 0.34, where yarn's context already is scaled); from 0.11.2 a
+    original context (not in 0.34, where yarn's context already is scaled); from 0.11.1 a
     longrope model defaults to its original context. 0.6.4 caps a model with interleaved
     sliding-window layers to its window (it disables the window)."""
     derived = arch.max_position_embeddings or FALLBACK_MAX_MODEL_LEN
@@ -244,10 +244,10 @@ OPTIONS: tuple[Option, ...] = (
         "sampler",
         str,
         "vLLM: the top-k/top-p sampler its profiling run measures (`auto`: what the line's "
-        "official image vllm/vllm-openai runs: FlashInfer's in 0.8-0.10, whose V1 sampler takes "
+        "official image vllm/vllm-openai runs: FlashInfer's in 0.8-0.11.0, whose V1 sampler takes "
         "it whenever the flashinfer package imports and whose image ships it, the line's own "
         "elsewhere and on ROCm; `native`: the line's own, as a pip install without flashinfer "
-        "runs it; `flashinfer`: FlashInfer's, which 0.11.2-0.20 take only under "
+        "runs it; `flashinfer`: FlashInfer's, which 0.11.1-0.20 take only under "
         "VLLM_USE_FLASHINFER_SAMPLER=1; the log then says 'Using FlashInfer for top-p & top-k "
         "sampling'. From 0.21 the profiling run also warms the Triton path, whose peak stands "
         "either way).",

@@ -29,7 +29,7 @@ max_num_seqs × max(1, min(limit_per_prompt, max_model_len // tokens_per_item)))
 the tower's image size (``MultiModalBudget.get_max_items``; ``budget = max(T, tokens_per_item)``;
 v0.8.5 rounds up), pixels in fp32 as the image processor returns them, outputs
 ``tokens_per_item × H`` each in the model dtype — expanded to ``budget`` rows each in
-v0.11.2 (``new_zeros(encoder_budget, hidden)``).
+v0.11.0 - v0.11.2 (``new_zeros(encoder_budget, hidden)``).
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def sampler_choice(line: VllmLine, requested: str, gpu: GpuSpec | None) -> tuple
 
     ``auto`` follows the project's official image of the line (``VllmLine.image_installs``):
     where it ships flashinfer and the line's V1 sampler takes it whenever it imports (0.8 -
-    0.10), FlashInfer samples on an NVIDIA GPU (``current_platform.is_cuda()``; ROCm builds
+    0.11.0), FlashInfer samples on an NVIDIA GPU (``current_platform.is_cuda()``; ROCm builds
     sample natively). V0 samples with FlashInfer only under an environment variable and keeps
     its own sampler here."""
     if not line.v1:

@@ -50,15 +50,16 @@ What differs between lines, field by field:
   installs that changes a default the caller leaves unset. The image ships flashinfer since
   0.5.1 (vllm-project/vllm#6172), and the V1 sampler of 0.8 - 0.10 takes FlashInfer's
   top-k/top-p whenever the package imports (``VLLM_USE_FLASHINFER_SAMPLER`` unset means on in
-  V1: ``v1/sample/ops/topk_topp_sampler.py: TopKTopPSampler.__init__``); the PyPI wheel lists
-  it only as the ``[flashinfer]`` extra (0.10.1, 0.11.0) or not at all (0.8.5, 0.9.1), so a
-  plain ``pip install`` samples natively (``sampler: native``). 0.11.0 still takes it when
-  installed; from 0.11.2 (the line's code) only under ``VLLM_USE_FLASHINFER_SAMPLER=1``.
+  V1: ``v1/sample/ops/topk_topp_sampler.py: TopKTopPSampler.__init__``), and so does 0.11.0,
+  the last release that does (a line of its own); the PyPI wheel lists it only as the
+  ``[flashinfer]`` extra (0.10.1, 0.11.0) or not at all (0.8.5, 0.9.1), so a plain
+  ``pip install`` samples natively (``sampler: native``). From 0.11.1 FlashInfer samples only
+  under ``VLLM_USE_FLASHINFER_SAMPLER=1``.
 - ``kv_cache_memory_hint``: the start-up log offers a ``--kv-cache-memory`` value (from
-  0.11.2; at DEBUG level until 0.34, which logs it at INFO).
+  0.11.0; at DEBUG level until 0.34, which logs it at INFO).
 - ``max_len``: the derived ``max_model_len`` rules that changed (a config's
   ``model_max_length`` replaces the derived length from 0.8.5; a longrope model defaults to its
-  original context from 0.11.2; yarn no longer scales in 0.34).
+  original context from 0.11.1; yarn no longer scales in 0.34).
 - ``mxfp4``: the kernel gpt-oss's experts take on Hopper (:mod:`.mxfp4_storage`).
 """
 
@@ -127,7 +128,7 @@ class VllmLine:
     encoder_items_per_prompt: bool = False
     # 0.8.5: FlashInfer samples from probabilities (topk_topp_sampler.forward_cuda).
     flashinfer_from_probs: bool = False
-    # 0.11.2 on: a default max_num_batched_tokens never exceeds max_num_seqs × max_model_len
+    # 0.11.1 on: a default max_num_batched_tokens never exceeds max_num_seqs × max_model_len
     # (EngineArgs._set_default_args).
     tokens_capped_by_seqs: bool = False
     # 0.21 on: the profiling run also calls the sampler with a generator, which takes the native
@@ -135,14 +136,14 @@ class VllmLine:
     warms_native_sampler: bool = False
     # 0.6.4: a model mixing sliding and full layers is capped at its sliding window.
     hybrid_window_caps_length: bool = False
-    # 0.11.2: each dummy image's encoder output spans the whole encoder budget.
+    # 0.11.0 - 0.11.x: each dummy image's encoder output spans the whole encoder budget.
     encoder_output_spans_budget: bool = False
     mxfp4_hopper: Literal["marlin", "triton"] = "triton"
     # 0.12 on: LoRA slots on the routed experts too (vllm/lora/layers/fused_moe.py).
     moe_lora: bool = False
     # What the project's official image of the line (vllm/vllm-openai:v<release>) installs that
     # changes a default: ``flashinfer``, which this line's V1 sampler takes whenever it imports
-    # (``TopKTopPSampler.__init__``, 0.8-0.10); None: nothing the estimate prices.
+    # (``TopKTopPSampler.__init__``, 0.8-0.11.0); None: nothing the estimate prices.
     image_installs: Literal["flashinfer"] | None = None
     # The flashinfer release that image ships (named in the answer).
     image_flashinfer: str = ""
@@ -286,20 +287,37 @@ _V0_10 = _after(
     encoder_items_per_prompt=False,
     image_flashinfer="0.2.8rc1 / 0.2.9 (vllm-project/vllm#21768, #22233)",
 )
-# From 0.11 the memory snapshot follows the distributed init.
-_V0_11 = _after(
+# From 0.11 the memory snapshot follows the distributed init. 0.11.0 is a line of its own: the
+# last release whose V1 sampler takes FlashInfer whenever it imports (0.11.1 made it opt-in),
+# and the last on torch 2.8, where the fused-MoE path still writes in place.
+_V0_11_0 = _after(
     _V0_10,
-    "0.11.2",
-    "0.11.x",
-    "vllm/v1/worker/gpu_worker.py, vllm/v1/worker/gpu_model_runner.py, "
-    "vllm/model_executor/layers/fused_moe/fused_moe.py (v0.11.2)",
+    "0.11.0",
+    "0.11.0",
+    "vllm/v1/worker/gpu_worker.py: init_device, determine_available_memory, "
+    "vllm/v1/worker/gpu_model_runner.py: profile_run, vllm/v1/sample/ops/"
+    "topk_topp_sampler.py: TopKTopPSampler.__init__, vllm/engine/arg_utils.py: "
+    "_set_default_args (v0.11.0)",
     first="0.11.0",
     budget="comm_outside",
-    moe="shared+out",
     kv_cache_memory_hint=True,
+    encoder_output_spans_budget=True,
+    image_flashinfer="0.3.1 (the wheel's [flashinfer] extra pins it)",
+    notes=(
+        "mxfp4 on Hopper: Marlin, as a plain `pip install vllm` of this line runs it (the "
+        "wheel does not ship triton_kernels)",
+    ),
+)
+_V0_11 = _after(
+    _V0_11_0,
+    "0.11.2",
+    "0.11.1 – 0.11.x",
+    "vllm/v1/worker/gpu_worker.py, vllm/v1/worker/gpu_model_runner.py, "
+    "vllm/model_executor/layers/fused_moe/fused_moe.py (v0.11.1, v0.11.2)",
+    first="0.11.1",
+    moe="shared+out",
     tokens_capped_by_seqs=True,
     longrope_original=True,
-    encoder_output_spans_budget=True,
     image_installs=None,
     image_flashinfer="",
     notes=(
@@ -397,6 +415,7 @@ LINES: tuple[VllmLine, ...] = (
     _V0_8,
     _V0_9,
     _V0_10,
+    _V0_11_0,
     _V0_11,
     _V0_13,
     _V0_16,

@@ -28,6 +28,7 @@ from service.estimator.inference.request import (
 )
 from service.estimator.performance.serving import Operating, operate
 from service.estimator.performance.timing import (
+    CHECKED_ON,
     Bound,
     Efficiencies,
     band_efficiencies,
@@ -53,13 +54,29 @@ LimitedBy = Literal["ttft", "itl", "max_concurrency"]
 #: input + output tokens of one traffic request (the API's bound).
 MAX_TRAFFIC_TOKENS = 16 * 1024 * 1024
 
-#: The engine options that limit its scheduler: (sequences running at once, tokens per step).
-#: Engines without one run every request at once, limited by memory, and prefill whole prompts.
-SCHEDULERS: dict[str, tuple[str | None, str | None]] = {
-    "vllm": ("max_num_seqs", "max_num_batched_tokens"),
-    "sglang": ("max_running_requests", "chunked_prefill_size"),
-    "llama.cpp": ("n_parallel", None),
+
+@dataclass(frozen=True, slots=True)
+class Scheduler:
+    """What of an engine's scheduler the steady state needs: the options that limit it
+    (sequences running at once, tokens per step; None: the engine has none, so it runs every
+    request memory allows and prefills whole prompts) and whether a step whose token budget
+    binds decodes the running sequences before it takes new prompt tokens."""
+
+    running_option: str | None
+    chunk_option: str | None
+    decode_first: bool
+
+
+#: Each engine's scheduler. vLLM V1 schedules its running requests before any waiting one
+#: (vllm/v1/core/sched/scheduler.py, Scheduler.schedule: "First, schedule the RUNNING
+#: requests"); SGLang runs a new prefill batch whenever one is waiting before it decodes
+#: (python/sglang/srt/managers/scheduler.py, Scheduler.get_next_batch_to_run).
+SCHEDULERS: dict[str, Scheduler] = {
+    "vllm": Scheduler("max_num_seqs", "max_num_batched_tokens", decode_first=True),
+    "sglang": Scheduler("max_running_requests", "chunked_prefill_size", decode_first=False),
+    "llama.cpp": Scheduler("n_parallel", None, decode_first=False),
 }
+_NO_SCHEDULER = Scheduler(None, None, decode_first=False)
 
 
 class NotServable(Exception):
@@ -141,7 +158,7 @@ def _option(setup: ServingSetup, name: str | None) -> int | None:
 def _running_limit(setup: ServingSetup, gpu_bytes: int, traffic: Traffic) -> int:
     """The sequences of this length the replica runs at once: its scheduler's limit and what
     the memory model's KV pool holds (``max_sequences``, the fit's own arithmetic)."""
-    running_option, _ = SCHEDULERS.get(setup.engine.name, (None, None))
+    running_option = SCHEDULERS.get(setup.engine.name, _NO_SCHEDULER).running_option
     length = traffic.input_tokens + traffic.output_tokens
     cap = _option(setup, running_option) or traffic.concurrency
     fits = max_sequences(setup, setup.usable(gpu_bytes), length, traffic.input_tokens, cap)
@@ -161,6 +178,13 @@ def _uncalibrated_reasons(
         reasons.append(
             f"no measured rows for engine {req.engine} on {gpu.architecture or 'this'} GPUs"
         )
+    else:
+        checked = CHECKED_ON.get((req.engine, gpu.architecture or ""), frozenset())
+        if req.gpu is None or req.gpu.ref not in checked:
+            reasons.append(
+                f"the {gpu.architecture} constants were checked on {', '.join(sorted(checked))} "
+                "only; no measured rows on this GPU"
+            )
     fmt = get_format(setup.weight_format)
     if fmt.quantized or fmt.bits != 16:
         reasons.append(f"no measured rows in weight format {setup.weight_format}")
@@ -182,7 +206,7 @@ def _operate(
     limit: int,
     concurrency: int | None = None,
 ) -> Operating:
-    _, chunk_option = SCHEDULERS.get(setup.engine.name, (None, None))
+    scheduler = SCHEDULERS.get(setup.engine.name, _NO_SCHEDULER)
     return operate(
         work,
         gpu,
@@ -192,7 +216,8 @@ def _operate(
         output_tokens=traffic.output_tokens,
         concurrency=concurrency or traffic.concurrency,
         running_limit=limit,
-        chunk=_option(setup, chunk_option),
+        chunk=_option(setup, scheduler.chunk_option),
+        decode_first=scheduler.decode_first,
     )
 
 
@@ -317,6 +342,13 @@ def estimate_performance(
         f"prompt and {traffic.output_tokens} output tokens; the replica runs at most {limit} "
         "at once (scheduler limit and KV pool); means over requests",
     ]
+    if traffic.concurrency > limit:
+        assumptions.append(
+            f"performance: saturated: past {limit} running requests the rate is the steady "
+            "state at that limit, an upper bound: when the KV pool runs out the engine preempts "
+            "running requests and recomputes their prompts later, work not priced here "
+            "(docs/performance.md, Bursts)"
+        )
     if calibrated:
         assumptions.append(
             f"performance calibrated for {req.engine} on {gpu.architecture} GPUs "

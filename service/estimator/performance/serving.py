@@ -8,11 +8,19 @@ model sizes the pool. In the steady state (continuous batching with chunked pref
 
 - every step decodes each running sequence once and carries the prompts of the others that
   started meanwhile: ``B × I / (O − 1) × (B − 1) / B`` prefill tokens per step for ``B``
-  running sequences, at most the engine's token budget per step (when the budget binds, each
-  sequence decodes only in a share of the steps);
-- ITL is that step's time (:func:`.timing.step_time`) over the share;
+  running sequences, at most the engine's token budget per step;
+- when the budget binds, the steps hold ``d`` decodes and ``budget − d`` prompt tokens (the
+  prompt flow that keeps ``d`` sequences decoding). How the engine shares such a step is its
+  own: vLLM V1 schedules its running requests before any waiting one
+  (``vllm/v1/core/sched/scheduler.py``, ``Scheduler.schedule``: "First, schedule the RUNNING
+  requests"), so ``d`` sequences decode in every step and the other ``B − d`` wait for their
+  prompt, in their TTFT (``decode_first``); an engine that runs new prompts first spreads the
+  ``B`` sequences over the ``d`` decode slots, each decoding in ``d / B`` of the steps;
+- ITL is that step's time (:func:`.timing.step_time`), over the share where the sequences share
+  the slots;
 - TTFT is the request overhead plus the steps that carry the request's own prompt, beside the
-  others' decodes;
+  others' decodes, or, where ``d`` sequences decode first, what Little's law leaves of a
+  request's time in the replica (``B / rate − (O − 1) × ITL``) when that is longer;
 - a request lasts TTFT + (O − 1) × ITL, so the replica completes ``B`` requests in that time
   (Little's law): requests/s = B / latency, output tokens/s = requests/s × O.
 
@@ -56,6 +64,7 @@ class _Shape:
     input_tokens: int
     output_tokens: int
     chunk: int | None  # tokens per step (None: no limit)
+    decode_first: bool  # a budget-bound step decodes its running sequences before new prompts
 
 
 def _running_state(s: _Shape, running: int) -> tuple[float, float, float, Bound]:
@@ -80,7 +89,9 @@ def _running_state(s: _Shape, running: int) -> tuple[float, float, float, Bound]
         return ttft, 0.0, ttft, own.bound
     context = i + n / 2
     decode, prefill = b, b * i / n * others / b
+    bound_by_budget = False
     if s.chunk is not None and decode + prefill > s.chunk:
+        bound_by_budget = True
         decode = s.chunk / (1.0 + i * others / (n * b))
         prefill = s.chunk - decode
     step = step_time(
@@ -94,7 +105,7 @@ def _running_state(s: _Shape, running: int) -> tuple[float, float, float, Bound]
         prompt_context=i / 2,
         prompts=prefill / i,
     )
-    itl = step.seconds * b / decode
+    itl = step.seconds if s.decode_first else step.seconds * b / decode
     # The request's own prompt, in chunks beside the others' decodes.
     beside = others * decode / b
     room = float(i) if s.chunk is None else max(1.0, s.chunk - beside)
@@ -111,6 +122,10 @@ def _running_state(s: _Shape, running: int) -> tuple[float, float, float, Bound]
         prompts=1.0 / chunks,
     )
     ttft = s.eff.request_overhead_s + chunks * own.seconds
+    if bound_by_budget and s.decode_first:
+        # ``decode`` sequences finish every n steps; the rest of the B wait for prompt room.
+        in_replica = b / (decode / (n * itl))
+        ttft = max(ttft, in_replica - n * itl)
     return ttft, itl, ttft + n * itl, step.bound
 
 
@@ -125,9 +140,10 @@ def operate(
     concurrency: int,
     running_limit: int,
     chunk: int | None,
+    decode_first: bool = False,
 ) -> Operating:
     """The steady state of ``concurrency`` closed-loop clients (module docstring)."""
-    shape = _Shape(work, gpu, eff, tp, input_tokens, output_tokens, chunk)
+    shape = _Shape(work, gpu, eff, tp, input_tokens, output_tokens, chunk, decode_first)
     running = max(1, min(concurrency, running_limit))
     ttft, itl, latency, bound = _running_state(shape, running)
     rps = running / latency

@@ -22,6 +22,7 @@ from service.estimator.performance.work import StageWork
 
 __all__ = [
     "CALIBRATED",
+    "CHECKED_ON",
     "Bound",
     "Efficiencies",
     "StepTime",
@@ -35,6 +36,12 @@ Bound = Literal["memory", "compute", "communication"]
 #: (engine, GPU architecture family) → the register prefix of its fitted constants. Only pairs
 #: with measured rows (bench/validate/data/performance_vllm.csv) are listed.
 CALIBRATED: dict[tuple[str, str], str] = {("vllm", "hopper"): "perf.vllm.hopper"}
+#: The GPUs whose measured rows the calibrated constants were fitted and checked on
+#: (bench/validate/data/measured/performance_vllm.csv); another GPU of the same architecture
+#: (an H200: more bandwidth, the same kernels) gets a band until rows check it.
+CHECKED_ON: dict[tuple[str, str], frozenset[str]] = {
+    ("vllm", "hopper"): frozenset({"h100-sxm-80gb"}),
+}
 
 #: The engine-wide constants (step and request overheads) of each calibrated engine.
 _ENGINE_PREFIX: dict[str, str] = {"vllm": "perf.vllm"}

@@ -38,7 +38,8 @@ A100 = GpuSpec("a100", "NVIDIA A100 SXM4 80GB", round(79.15 * GIB), (8, 0), vend
         ("0.20.1", "0.20", True),
         ("0.12.0", "0.13", True),
         # A line covers releases from its first one, not from the release it was read from.
-        ("0.11.0", "0.11.2", True),
+        ("0.11.1", "0.11.2", True),
+        ("0.11.0", "0.11.0", False),
         ("0.21.0", "0.22", True),
         ("0.8.0", "0.8.5", True),
         ("0.6.0", "0.6.3", True),
@@ -391,15 +392,16 @@ def test_auto_sampler_follows_the_official_image() -> None:
     # 0.8 - 0.10's V1 sampler takes FlashInfer whenever flashinfer imports
     # (topk_topp_sampler.TopKTopPSampler.__init__: VLLM_USE_FLASHINFER_SAMPLER unset is "on" in
     # V1), and the vllm/vllm-openai image of those releases ships it (vllm-project/vllm#6172,
-    # #21768): `auto` is FlashInfer there, and the answer says so. From 0.11.2 FlashInfer is
-    # opt-in (VLLM_USE_FLASHINFER_SAMPLER=1): `auto` is the line's own sampler.
-    for version in ("0.8.5", "0.9.1", "0.10.1"):
+    # #21768): `auto` is FlashInfer there, and the answer says so; 0.11.0's __init__ still reads
+    # "VLLM_USE_FLASHINFER_SAMPLER is not False". From 0.11.1 FlashInfer is opt-in
+    # (`if envs.VLLM_USE_FLASHINFER_SAMPLER:`): `auto` is the line's own sampler.
+    for version in ("0.8.5", "0.9.1", "0.10.1", "0.11.0"):
         auto = _sampler_setup(version, "auto")
         assert auto.stages[-1].fixed_activation == (
             _sampler_setup(version, "flashinfer").stages[-1].fixed_activation
         )
         assert any("official image" in n for n in auto.assumptions), version
-    for version in ("0.6.4", "0.11.2", "0.16.0"):
+    for version in ("0.6.4", "0.11.1", "0.11.2", "0.16.0"):
         auto = _sampler_setup(version, "auto")
         assert auto.stages[-1].fixed_activation == (
             _sampler_setup(version, "native").stages[-1].fixed_activation
@@ -501,3 +503,29 @@ def test_v0_default_batch_tokens() -> None:
     assert v0_batch_tokens(v065, 65536, **(plain | {"mla": True})) == 65536
     assert v0_batch_tokens(v065, 4096, **(plain | {"multimodal": True})) == 5120
     assert v0_batch_tokens(v065, 65536, **(plain | {"multimodal": True})) == 65536
+
+
+def test_0_11_0_batch_and_moe_follow_its_own_code() -> None:
+    # vLLM 0.11.0 (engine/arg_utils.py: _set_default_args) takes the tier's 2048 tokens under
+    # `vllm serve` below 70 GiB whatever max_num_seqs × max_model_len is; 0.11.1 caps it there
+    # (max_num_batched_tokens = min(max_num_seqs * max_model_len, ...)). With 4 sequences of
+    # 256 tokens: 2048 against 1024 tokens.
+    def profiled_tokens(version: str) -> int:
+        req = InferenceRequest(
+            catalog_architecture(LLAMA_8B),
+            engine="vllm",
+            sequence_length=256,
+            engine_options={"version": version, "max_model_len": 256, "max_num_seqs": 4},
+            gpu_memory_bytes=A100.total_bytes,
+            gpu=A100,
+        )
+        notes = [n for n in estimate_inference(req).assumptions if "profiling run at" in n]
+        assert len(notes) == 1
+        return int(notes[0].split("max_num_batched_tokens=")[1].split(",")[0])
+
+    assert profiled_tokens("0.11.0") == 2048
+    assert profiled_tokens("0.11.1") == 4 * 256
+    # 0.11.0 pins torch 2.8.0, where fused_experts still writes in place (no disable_inplace,
+    # which 0.11.1 adds for torch >= 2.9): the 0.10 layout, not 0.11.1's extra output.
+    assert line_for("0.11.0")[0].moe == line_for("0.10.1")[0].moe == "shared"
+    assert line_for("0.11.1")[0].moe == "shared+out"

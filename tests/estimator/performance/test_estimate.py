@@ -16,10 +16,17 @@ from tests.estimator.performance.conftest import gpu, request
 TRAFFIC = Traffic(input_tokens=1024, output_tokens=256, concurrency=16)
 
 
-def test_vllm_on_hopper_bf16_is_calibrated() -> None:
-    for ref in ("h100-sxm-80gb", "h200-sxm-141gb"):
-        p = estimate_performance(request(gpu_ref=ref), TRAFFIC).performance
-        assert p.calibrated and p.band is None and p.calibration == "vllm/hopper"
+def test_vllm_on_h100_bf16_is_calibrated() -> None:
+    p = estimate_performance(request(gpu_ref="h100-sxm-80gb"), TRAFFIC).performance
+    assert p.calibrated and p.band is None and p.calibration == "vllm/hopper"
+
+
+def test_a_hopper_gpu_without_measured_rows_gets_a_band() -> None:
+    """The H200 runs the same kernels with more bandwidth, but no measured row checks the
+    Hopper constants on it: a band, with the reason."""
+    answer = estimate_performance(request(gpu_ref="h200-sxm-141gb"), TRAFFIC)
+    assert not answer.performance.calibrated and answer.performance.band is not None
+    assert any("no measured rows on this GPU" in line for line in answer.assumptions)
 
 
 @pytest.mark.parametrize(
@@ -58,6 +65,9 @@ def test_past_the_kv_pool_the_replica_is_saturated() -> None:
     assert past.performance.requests_per_s == below.performance.requests_per_s
     assert past.performance.queue_wait_ms > 0
     assert past.performance.ttft_ms > below.performance.ttft_ms
+    # The rate past the pool is an upper bound (preemption is not priced), and says so.
+    assert any("upper bound" in line for line in past.assumptions)
+    assert not any("upper bound" in line for line in below.assumptions)
 
 
 def test_slo_replicas_are_the_rate_over_the_per_replica_rate() -> None:
