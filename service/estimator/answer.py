@@ -19,7 +19,9 @@ from service.estimator.errors import InvalidRequest
 from service.estimator.formats import get_format
 from service.estimator.gpu import GpuSpec
 from service.estimator.inference import InferenceRequest, estimate_inference, fit_inference
-from service.estimator.inference.request import resolved
+from service.estimator.inference.fit import judge_request
+from service.estimator.inference.request import resolved, validate_workload
+from service.estimator.inference.verdict import Verdict
 from service.estimator.memo import memoized
 from service.estimator.model import Architecture, count_parameters
 from service.estimator.performance import (
@@ -50,6 +52,7 @@ __all__ = [
     "UnusedField",
     "answer_finetune",
     "answer_inference",
+    "judge_inference",
 ]
 
 # A sequence-length search never goes past this many tokens (the API's own bound).
@@ -272,6 +275,35 @@ def _finish(
     )
 
 
+def _on(model: ModelSpec, request: InferenceRequest, gpu: GpuSpec | None) -> InferenceRequest:
+    """``request`` for ``model``'s architecture and checkpoint on ``gpu``."""
+    return dataclasses.replace(
+        request,
+        architecture=model.architecture,
+        gpu_memory_bytes=gpu.total_bytes if gpu else None,
+        gpu=gpu,
+        checkpoint=model.checkpoint,
+    )
+
+
+def judge_inference(
+    model: ModelSpec, request: InferenceRequest, gpu: GpuSpec, gpu_count: int | None
+) -> Verdict:
+    """The verdict `answer_inference`'s ``fit`` gives ``request`` on ``gpu_count`` of ``gpu``
+    (the same judgement, without the inverse searches): what the scheduler endpoints judge
+    each GPU they are asked about with."""
+    if model.architecture is None:
+        raise InvalidRequest(
+            "a verdict needs the model's architecture: name a catalog `model` or post its "
+            "`hf_config`",
+            field="model",
+        )
+    priced, _, _ = _preset_priced(model.architecture, _on(model, request, gpu))
+    priced = resolved(priced)
+    validate_workload(priced)
+    return judge_request(priced, gpu_count).verdict
+
+
 def answer_inference(
     model: ModelSpec,
     request: InferenceRequest,
@@ -323,15 +355,8 @@ def answer_inference(
         extra.extend(lines)
         return _finish(model, estimate, fit, gpu, extra, unused=unused)
 
-    request = dataclasses.replace(
-        request,
-        architecture=model.architecture,
-        gpu_memory_bytes=gpu.total_bytes if gpu else None,
-        gpu=gpu,
-        checkpoint=model.checkpoint,
-    )
-    named = request
-    request, preset, notes = _preset_priced(model.architecture, request)
+    named = _on(model, request, gpu)
+    request, preset, notes = _preset_priced(model.architecture, named)
     extra.extend(notes)
     estimate = estimate_inference(request)
     if preset is not None:

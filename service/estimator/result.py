@@ -57,6 +57,7 @@ class FitReason(StrEnum):
     """Why a request fits or not: the first check that fails, in this order."""
 
     FITS = "fits"
+    TOO_FEW_GPUS = "too_few_gpus"
     INVALID_LAYOUT = "invalid_layout"
     MIG_CANNOT_SPAN = "mig_cannot_span"
     DTYPE_UNSUPPORTED = "dtype_unsupported"
@@ -71,6 +72,9 @@ class FitReason(StrEnum):
 #: What each reason means, for people (the summary and the docs use these words).
 REASON_TEXT: Mapping[FitReason, str] = {
     FitReason.FITS: "fits",
+    FitReason.TOO_FEW_GPUS: (
+        "the engine's parallel layout uses more GPUs than it is given: it will not start"
+    ),
     FitReason.INVALID_LAYOUT: "the engine cannot run this parallel layout",
     FitReason.MIG_CANNOT_SPAN: "one process sees one MIG slice; NCCL does not span MIG instances",
     FitReason.DTYPE_UNSUPPORTED: "the GPU cannot run this dtype or quantization",

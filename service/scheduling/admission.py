@@ -44,6 +44,7 @@ from service.application.estimate_service import Catalogs
 from service.application.metrics import Metrics
 from service.estimator.cancel import Cancelled, checkpoint
 from service.estimator.engines import get_engine
+from service.estimator.result import FitReason
 from service.scheduling.check import Check, check_plan
 from service.scheduling.plan import Plan
 from service.scheduling.preflight import Overrides, WorkloadUnreadable, plans_for_object
@@ -59,6 +60,9 @@ from service.workloads.kubernetes import read_workloads
 from service.workloads.sources import ReadProblem
 
 logger = logging.getLogger("service.admission")
+
+# The label a Pod pins a GPU product with (GPU Feature Discovery's; what `fits_on` lists).
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 
 __all__ = [
     "DEFAULT_MODE",
@@ -129,6 +133,18 @@ def _shorter_context(check: Check) -> str | None:
     return f"{option.flag} {fit.max_sequence_length}"
 
 
+def _gpus_for_flags(check: Check) -> str:
+    """The GPUs the flags that fit need, where that is more than the pod's limit gives."""
+    fit = check.estimate.fit if check.estimate is not None else None
+    request = check.plan.gpu_request
+    if fit is None or fit.min_gpu_count is None or fit.fits:
+        return ""
+    if request is not None and fit.min_gpu_count <= request.count:
+        return ""
+    resource = request.resource if request is not None else "nvidia.com/gpu"
+    return f" with {fit.min_gpu_count} GPUs (resources.limits {resource})"
+
+
 def _unpriced_options(check: Check) -> str | None:
     """The options read that could change the memory but are not priced (a verdict resting
     on them is a warning, never a denial), or None."""
@@ -152,7 +168,7 @@ def _judge(check: Check, who: str) -> tuple[str | None, str | None]:
     plan = check.plan
     verdict = check.verdict
     if verdict == "will_not_start":
-        detail = "; ".join(p.message() for p in plan.problems)
+        detail = "; ".join(p.pod_message() for p in plan.problems)
         return f"{who}: {detail}", f"{PREFIX}{who}: will not start: {detail}"
     if verdict == "does_not_fit":
         reasons = "; ".join(
@@ -162,11 +178,15 @@ def _judge(check: Check, who: str) -> tuple[str | None, str | None]:
         )
         fix = ""
         if check.engine_args:
-            fix = f"; flags that fit: {' '.join(check.engine_args)}"
+            fix = f"; flags that fit: {' '.join(check.engine_args)}{_gpus_for_flags(check)}"
+        if any(v.reason is FitReason.HOST_MEMORY_EXCEEDED for v in check.gpu_verdicts):
+            fix += "; raise the container's resources.limits.memory"
         shorter = _shorter_context(check)
         if shorter:
             fix += f"; or on these GPUs: {shorter}"
-        elsewhere = f"; fits on {_products(check.fits_on)}" if check.fits_on else ""
+        elsewhere = ""
+        if check.fits_on:
+            elsewhere = f"; fits on nodeSelector {GPU_PRODUCT_LABEL}: {_products(check.fits_on)}"
         warning = f"{PREFIX}{who} does not fit {', '.join(v.gpu for v in check.gpu_verdicts)}"
         warning += (
             f" ({check.gpu_verdicts[0].reason.value if check.gpu_verdicts[0].reason else ''})"
@@ -178,11 +198,13 @@ def _judge(check: Check, who: str) -> tuple[str | None, str | None]:
     if verdict == "unknown" and not check.gpu_verdicts:
         if check.fits_on:
             return None, (
-                f"{PREFIX}{who}: no GPU product pinned; fits on {_products(check.fits_on)}"
+                f"{PREFIX}{who}: no GPU product pinned; fits on nodeSelector "
+                f"{GPU_PRODUCT_LABEL}: {_products(check.fits_on)}"
             )
         return None, f"{PREFIX}{who}: no GPU product pinned, and it fits on no catalog GPU"
     if verdict == "unknown":
-        unread = "; ".join(p.detail for p in check.problems) or "the GPU could not be judged"
+        unread = "; ".join(p.pod_message() for p in check.problems)
+        unread = unread or "the GPU could not be judged"
         return None, f"{PREFIX}{who}: not checked: {unread}"
     return None, None
 
@@ -286,7 +308,7 @@ def decide(
         _, plans, problems = plans_for_object(obj, Overrides())
     except WorkloadUnreadable as exc:  # pragma: no cover - read_workloads succeeded above
         return AdmissionResponse(request.uid, True, warnings=(f"{PREFIX}{exc.detail}",)), ()
-    warnings += [f"{PREFIX}not checked: {p.message()}" for p in problems]
+    warnings += [f"{PREFIX}not checked: {p.pod_message()}" for p in problems]
     sized = [(w, p) for w, p in plans if w.gpus is not None]
     for done, (workload, plan) in enumerate(sized):
         who = _name(plan, workload.container)
@@ -303,7 +325,7 @@ def decide(
             warnings.append(f"{PREFIX}not checked: {why}")
             break
         if isinstance(check, ReadProblem):
-            warnings.append(f"{PREFIX}{who}: not checked: {check.message()}")
+            warnings.append(f"{PREFIX}{who}: not checked: {check.pod_message()}")
             verdicts.append("unknown")
             continue
         verdicts.append(check.verdict)

@@ -80,7 +80,7 @@ from service.estimator.cancel import checkpoint
 from service.estimator.errors import EstimatorError, InvalidRequest
 from service.estimator.gpu import GpuSpec
 from service.estimator.result import FitReason
-from service.scheduling.check import GpuVerdict, Prepared, prepare, verdict_on
+from service.scheduling.check import GpuVerdict, Prepared, prepare, unknown_gpu, verdict_on
 from service.scheduling.plan import plan_workload
 from service.scheduling.preflight import image_at
 from service.scheduling.training import training_filter, training_prioritize
@@ -265,7 +265,7 @@ class _Pod:
 
 
 def _messages(problems: Sequence[ReadProblem]) -> str:
-    shown = "; ".join(p.message() for p in problems[:3])
+    shown = "; ".join(p.pod_message() for p in problems[:3])
     return shown + (f" (and {len(problems) - 3} more)" if len(problems) > 3 else "")
 
 
@@ -288,13 +288,13 @@ def _read_pod(pod: Mapping[str, object], catalogs: Catalogs) -> _Pod:
         who = f"container {workload.container or workload.path}"
         plan, problem = plan_workload(workload, image=image_at(pod, workload))
         if plan is None:
-            detail = problem.message() if problem is not None else "no model"
+            detail = problem.pod_message() if problem is not None else "no model"
             return _Pod(refusal=Refusal("model_unresolved", f"{who}: {detail}"))
         if plan.problems:
             return _Pod(refusal=Refusal("will_not_start", f"{who}: {_messages(plan.problems)}"))
         prepared = prepare(plan, catalogs)
         if isinstance(prepared, ReadProblem):
-            return _Pod(refusal=Refusal("model_unresolved", f"{who}: {prepared.message()}"))
+            return _Pod(refusal=Refusal("model_unresolved", f"{who}: {prepared.pod_message()}"))
         containers.append(_Container(prepared, workload.gpus, who))
     # GPUs requested only by containers that run no serving engine: nothing to judge.
     return _Pod(tuple(containers))
@@ -331,8 +331,12 @@ def _judge_node(
 
 
 def _reason(verdict: GpuVerdict, label: str) -> str:
-    why = verdict.reason.value if verdict.reason is not None else "not runnable"
     detail = f": {verdict.detail}" if verdict.detail else ""
+    if verdict.reason is None:
+        # The estimator refused the pod's own flags (a TP that does not divide the heads):
+        # not the GPU's size, and the flag the detail names is the fix.
+        return f"the engine cannot run this pod on {label}{detail}"
+    why = verdict.reason.value
     if verdict.reason is FitReason.HOST_MEMORY_EXCEEDED:
         return f"host memory too small for this deployment on {label}: {why}{detail}"
     return f"GPU too small for this model on {label}: {why}{detail}"
@@ -361,7 +365,10 @@ def _pinned(pod: _Pod, catalogs: Catalogs) -> tuple[list[list[GpuVerdict]] | Non
             try:
                 spec = resolve_gpu(catalogs.gpus, ref)
             except EstimatorError as exc:
-                return None, Refusal("pinned_gpu_unknown", f"{container.name}: {exc.detail}")
+                unknown = unknown_gpu(plan.gpu_source or "nodeSelector", ref, exc)
+                return None, Refusal(
+                    "pinned_gpu_unknown", f"{container.name}: {unknown.pod_message()}"
+                )
             verdicts.append(verdict_on(container.prepared, ref, spec))
         out.append(verdicts)
     return out, None

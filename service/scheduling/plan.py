@@ -35,6 +35,7 @@ from service.workloads.models import ModelRef
 from service.workloads.sources import ReadProblem, Sourced
 
 __all__ = [
+    "POD_MODEL_FIX",
     "OptionReading",
     "Plan",
     "engine_version",
@@ -43,6 +44,14 @@ __all__ = [
     "plan_command",
     "plan_workload",
 ]
+
+# What a Pod's author does when the service cannot tell the model from the Pod (a path, a
+# storage URI, an unexpanded variable): vLLM and SGLang take a Hugging Face id and load it
+# from a mounted Hugging Face cache (HF_HOME) without downloading under HF_HUB_OFFLINE=1.
+POD_MODEL_FIX = (
+    "name it by its Hugging Face id; with HF_HOME on the volume and HF_HUB_OFFLINE=1 the "
+    "engine loads it from there"
+)
 
 # What the estimate does with options read that no engine declares (environment switches).
 _ENV_NOTES: Mapping[str, str] = {
@@ -139,11 +148,20 @@ class Plan:
     problems: tuple[ReadProblem, ...] = ()
     """Reasons the engine would not start that are not about memory (too few GPUs)."""
     ignored: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+    short_gpus: int | None = None
+    """GPUs the whole deployment gets when its pods request fewer than the layout uses."""
 
     @property
     def engine_gpus(self) -> int:
         """GPUs the engine's layout uses: TP × PP × DP."""
         return self.tensor * self.pipeline * self.data
+
+    @property
+    def gpus_given(self) -> int:
+        """GPUs the deployment gets: the layout's, or fewer when its pods request fewer than
+        their ranks use (the estimate then finds ``too_few_gpus``)."""
+        short = self.short_gpus
+        return self.engine_gpus if short is None else short
 
     def with_gpu(self, ref: str | None = None, memory_bytes: int | None = None) -> dict[str, Any]:
         """The estimate body judged on ``ref`` (or a GPU of ``memory_bytes``) at the engine's
@@ -155,7 +173,7 @@ class Plan:
             body["gpu_memory_bytes"] = memory_bytes
         else:
             return body
-        body["gpu_count"] = self.engine_gpus
+        body["gpu_count"] = self.gpus_given
         return body
 
 
@@ -306,6 +324,7 @@ def _model(
             "model",
             "the workload names no model",
             "give the model in the command line, or `model` in the request",
+            pod_fix=POD_MODEL_FIX,
         )
     if ref.repo_id is not None:
         return Sourced(ref.repo_id, ref.source), None
@@ -313,6 +332,7 @@ def _model(
         ref.source,
         f"the model is given as {ref.given!r} ({ref.scheme}), which does not say which model it is",
         "give the Hugging Face id as `model` in the request",
+        pod_fix=POD_MODEL_FIX,
     )
 
 
@@ -415,14 +435,17 @@ def plan_command(
             f"{data_local} of the {data} data-parallel ranks run in this pod "
             "(--data-parallel-size-local); the estimate judges all of them"
         )
+    short_gpus: int | None = None
     if requested is not None:
         if requested.value < needed:
+            # Each pod of the deployment holds data_local of its data ranks.
+            short_gpus = max(1, requested.value * data // max(1, data_local))
             problems.append(
                 ReadProblem(
                     requested.source,
                     f"{requested.value} GPU(s) given, but the engine's layout (TP {tensor} × "
                     f"PP {pipeline} × DP {data_local}) needs {needed}: it will not start",
-                    f"request {needed} GPUs or lower the parallel sizes",
+                    f"set {requested.source} to {needed}, or lower the engine's parallel sizes",
                 )
             )
         elif requested.value > needed and requested.value != tensor * pipeline * data:
@@ -459,6 +482,7 @@ def plan_command(
             notes=tuple(dict.fromkeys(notes)),
             problems=tuple(problems),
             ignored=tuple((arg.text, arg.source) for arg in command.ignored_args),
+            short_gpus=short_gpus,
         ),
         None,
     )

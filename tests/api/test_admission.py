@@ -125,8 +125,9 @@ def test_an_unpinned_pod_is_allowed_with_the_products_it_fits_on(client: TestCli
     response = admit(client, review(obj))
     assert response["allowed"] is True
     (warning,) = response["warnings"]
-    assert "no GPU product pinned; fits on " in warning
-    named = warning.split("fits on ", 1)[1].split(" and ")[0].split(", ")
+    # Said as the nodeSelector that pins them.
+    assert "no GPU product pinned; fits on nodeSelector nvidia.com/gpu.product: " in warning
+    named = warning.split("nvidia.com/gpu.product: ", 1)[1].split(" and ")[0].split(", ")
     for label in named:
         body = {
             "model": LLAMA_8B,

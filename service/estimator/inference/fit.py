@@ -45,9 +45,11 @@ from service.estimator.units import GIB
 __all__ = [
     "MAX_MODEL_GPUS",
     "MAX_SCAN_SETUPS",
+    "Judged",
     "MinLayout",
     "OperatorLayouts",
     "fit_inference",
+    "judge_request",
     "min_gpu_count",
     "operator_layouts",
 ]
@@ -126,7 +128,23 @@ def largest_fitting(fits_at: Callable[[int], bool], hi: int) -> int | None:
 
 
 def _verdict_at(req: InferenceRequest, tp: int, pp: int, mem: int) -> Verdict:
-    return judge(req, setup_for(req, tp, pp), mem)
+    """The verdict at a layout the searches try. A layout the request's own engine options
+    rule out (SGLang's ``--ep-size 8`` divides no TP below 8) is one the engine cannot run,
+    not an error of the request: its own layout was judged first and raised there."""
+    try:
+        setup = setup_for(req, tp, pp)
+    except InvalidRequest as exc:
+        return Verdict(FitReason.INVALID_LAYOUT, f"TP {tp} × PP {pp}: {exc.detail}", 0, 0)
+    return judge(req, setup, mem)
+
+
+def _single_gpu_weights(req: InferenceRequest) -> int | None:
+    """The weights on one GPU holding the whole model (None: the request's options rule out
+    one GPU, as SGLang's ``--ep-size`` above 1 does)."""
+    try:
+        return setup_for(req, 1, 1).stages[0].weights
+    except InvalidRequest:
+        return None
 
 
 def _fits_at(req: InferenceRequest, tp: int, pp: int, mem: int) -> bool:
@@ -197,11 +215,11 @@ def search_min_gpu_count(req: InferenceRequest) -> MinLayout:
     assert mem is not None
     form = operator_layouts(req)
     engine = req.engine
-    whole = setup_for(req, 1, 1).stages[0].weights
-    floor_count = -(-whole // mem)
+    whole = _single_gpu_weights(req)
+    floor_count = 1 if whole is None else -(-whole // mem)
     last = ""  # the largest TP judged so far and why it does not fit
     for tp in form.sizes:
-        if tp < floor_count:
+        if whole is not None and tp < floor_count:
             last = (
                 f"TP {tp} cannot hold the weights: {whole / GIB:.2f} GiB exceed {tp} × "
                 f"{mem / GIB:.2f} GiB"
@@ -260,12 +278,16 @@ def _pp_reason(form: OperatorLayouts, top: int, pp: int, engine: str, alone: str
 
 
 def _layout_for_count(req: InferenceRequest, gpu_count: int | None) -> tuple[Layout, str]:
-    """The layout judged for the GPUs the caller gave, and a note when it was chosen here."""
+    """The layout judged for the GPUs the caller gave, and a note when it was chosen here.
+    Fewer GPUs than the request's own layout uses: that layout, which `judge_request` finds
+    cannot start."""
     tp, pp, dp = req.tensor_parallel_size, req.pipeline_parallel_size, req.data_parallel_size
     ep = expert_parallel_size(req, tp, pp)
     if gpu_count is None or gpu_count == tp * pp * dp:
         return Layout(tp, pp, dp, ep), ""
     positive_int(gpu_count, "gpu_count", MAX_GPU_COUNT)
+    if gpu_count < tp * pp * dp:
+        return Layout(tp, pp, dp, ep), ""
     if tp * pp * dp > 1:
         if gpu_count % (tp * pp * dp):
             raise InvalidRequest(
@@ -395,20 +417,56 @@ def _with_settings(
     return setup_for(changed, setup.tp, setup.pp)
 
 
+@dataclass(frozen=True, slots=True)
+class Judged:
+    """The one verdict on a request with the GPUs it is given: the layout judged (and a note
+    when it was chosen here), its setup, the verdict."""
+
+    layout: Layout
+    note: str
+    setup: ServingSetup
+    verdict: Verdict
+    gpus: int
+    """The GPUs given (the layout's own when the request gave no count)."""
+
+
+def judge_request(req: InferenceRequest, gpu_count: int | None) -> Judged:
+    """Whether ``req`` (resolved and validated) starts and serves its workload on
+    ``gpu_count`` GPUs of ``req.gpu_memory_bytes``: `fit_inference`'s ``fits`` and every
+    scheduler verdict (pre-flight, admission, the extender's nodes) are this one judgement.
+
+    Fewer GPUs than the layout's TP × PP × DP: the engine does not start (``too_few_gpus``,
+    judged before memory: vLLM and SGLang fail creating their process groups)."""
+    mem = req.gpu_memory_bytes
+    if mem is None:
+        raise InvalidRequest("a GPU is needed to check the fit", field="gpu")
+    layout, note = _layout_for_count(req, gpu_count)
+    setup = setup_for(req, layout.tensor, layout.pipeline)
+    check_length(setup, req.seq_len)
+    verdict = judge(req, setup, mem)
+    gpus = layout.gpus if gpu_count is None else min(gpu_count, layout.gpus)
+    if gpus < layout.gpus:
+        verdict = Verdict(
+            FitReason.TOO_FEW_GPUS,
+            f"TP {layout.tensor} × PP {layout.pipeline} × DP {layout.data} uses "
+            f"{layout.gpus} GPUs, {gpus} given",
+            verdict.usable,
+            verdict.required,
+        )
+    return Judged(layout, note, setup, verdict, gpus)
+
+
 def fit_inference(req: InferenceRequest, gpu_label: str, gpu_count: int | None) -> Fit:
     """Whether `req` fits `gpu_count` GPUs of `req.gpu_memory_bytes`, and the inverse answers."""
     req = resolved(req)
     validate_workload(req)
-    if req.gpu_memory_bytes is None:
-        raise InvalidRequest("a GPU is needed to check the fit", field="gpu")
+    judged = judge_request(req, gpu_count)
+    assert req.gpu_memory_bytes is not None
     mem = req.gpu_memory_bytes
     arch = req.arch
     seq_len, prompt = req.seq_len, req.prompt
-    layout, layout_note = _layout_for_count(req, gpu_count)
-    notes = [layout_note] if layout_note else []
-    setup = setup_for(req, layout.tensor, layout.pipeline)
-    check_length(setup, seq_len)
-    verdict = judge(req, setup, mem)
+    layout, setup, verdict = judged.layout, judged.setup, judged.verdict
+    notes = [judged.note] if judged.note else []
     usable = verdict.usable
     notes.append(setup.engine.budget_note(setup, mem))
     if req.gpu is not None and req.gpu.shared:
@@ -422,6 +480,7 @@ def fit_inference(req: InferenceRequest, gpu_label: str, gpu_count: int | None) 
         return fits(setup, usable, b * req.concurrency, s, p)
 
     runs = verdict.reason not in (
+        FitReason.TOO_FEW_GPUS,
         FitReason.INVALID_LAYOUT,
         FitReason.MIG_CANNOT_SPAN,
         FitReason.DTYPE_UNSUPPORTED,
@@ -455,7 +514,7 @@ def fit_inference(req: InferenceRequest, gpu_label: str, gpu_count: int | None) 
         notes.append(f"{verdict.reason.value}: {verdict.detail}")
     return Fit(
         gpu=gpu_label,
-        gpu_count=layout.gpus,
+        gpu_count=judged.gpus,
         usable_bytes=usable,
         required_bytes=verdict.required,
         fits=verdict.fits,
