@@ -454,6 +454,11 @@ def _fmt(v: float, unit: str) -> str:
     return f"{v:.3f}" if abs(v) < 100 else f"{v:.1f}"
 
 
+def scored_rows(cases: Iterable[Case], verdicts: Iterable[Verdict]) -> set[str]:
+    """The rows with at least one figure or verdict compared."""
+    return {c.row for c in cases} | {v.row for v in verdicts}
+
+
 def report() -> str:
     from bench.validate import public_logs_cells as cells  # it reads this module's rows
 
@@ -466,6 +471,9 @@ def report() -> str:
         "line, GPU and flags. No constant was fitted on these rows. Rows whose model the "
         "catalog does not hold, whose release is unknown or older than the oldest modelled "
         "line, or that print nothing checkable are listed below with the reason.",
+        "",
+        f"Rows scored: {len(scored_rows(cases, verdicts))} of {len(rows())} "
+        "(tests/validation/test_public_logs_vllm.py holds the count to this line).",
         "",
         cells.report(cases),
         "### Per release line and component",
