@@ -358,6 +358,12 @@ def report(computed: list[Result] | None = None) -> str:
         lines.append("")
         for r in notes:
             lines.append(f"- {' + '.join(r.names)}: {r.note}.")
+    kept = [calibration.REGISTER[r.names[0]] for r in computed]
+    kept = [e for e in kept if e.kept_over_refit]
+    if kept:
+        lines += ["", "Registered values kept over their refit, and why:", ""]
+        for e in kept:
+            lines.append(f"- `{e.name}`: {e.kept_over_refit}.")
     unmeasured = [e for n, e in calibration.REGISTER.items() if n not in checked or not e.fitted_on]
     if unmeasured:
         lines += ["", "Entries no validation row measures (their value and source):", ""]

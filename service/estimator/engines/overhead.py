@@ -177,7 +177,8 @@ class OverheadTerms:
         if self.library_workspace:
             out.append(
                 "first forward's driver growth (stack reservation, lazily loaded kernels) "
-                f"{self.library_workspace / GIB:.2f} GiB per GPU"
+                f"{self.library_workspace / GIB:.2f} GiB per GPU (per resident thread, fitted "
+                "on H100 SXM rows; other GPUs scaled by their resident threads, unchecked)"
             )
         if self.nccl:
             out.append(f"NCCL buffers {self.nccl / GIB:.2f} GiB per GPU")
