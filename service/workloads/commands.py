@@ -44,6 +44,11 @@ _MODULES: dict[str, Engine] = {
     "vllm.entrypoints.openai.api_server": "vllm",
     "vllm.entrypoints.api_server": "vllm",
     "sglang.launch_server": "sglang",
+    # NVIDIA Dynamo's workers take the engine's own arguments (ai-dynamo/dynamo
+    # components/src/dynamo/vllm/args.py builds vLLM's AsyncEngineArgs from them; dynamo.sglang
+    # SGLang's ServerArgs); their own flags (--is-prefill-worker, ...) are not the engine's.
+    "dynamo.vllm": "vllm",
+    "dynamo.sglang": "sglang",
 }
 _SUBCOMMAND_MODULES: dict[str, Engine] = {
     "vllm.entrypoints.cli.main": "vllm",

@@ -29,7 +29,8 @@ published API types:
   prefill side of disaggregated serving. It runs vLLM.
 - AIBrix ``StormService`` and ``RayClusterFleet`` (:mod:`.aibrix`), KubeRay ``RayCluster`` and
   ``RayService`` with its Ray Serve LLM configs (:mod:`.kuberay`), KAITO ``Workspace``
-  (:mod:`.kaito`): their modules say which fields are read.
+  (:mod:`.kaito`), NVIDIA Dynamo ``DynamoGraphDeployment`` (:mod:`.dynamo`): their modules say
+  which fields are read.
 - The variables a controller sets in the pods it makes (LeaderWorkerSet's ``LWS_GROUP_SIZE``,
   ``LWS_WORKER_INDEX``, ``LWS_LEADER_ADDRESS``; AIBrix's ``POD_GROUP_SIZE``, ...) take the
   values the object gives them, so ``$(VAR)``, ``$VAR`` and shell arithmetic on them
@@ -55,6 +56,7 @@ from service.workloads.controllers import (
     read_llm_inference_service,
     read_production_stack,
 )
+from service.workloads.dynamo import read_dynamo_graph
 from service.workloads.kaito import read_workspace
 from service.workloads.kuberay import read_ray_cluster, read_ray_service
 from service.workloads.pods import (
@@ -207,6 +209,7 @@ _READERS: dict[str, _Reader] = {
     "InferenceService": read_inference_service,
     "LLMInferenceService": read_llm_inference_service,
     "StormService": read_storm_service,
+    "DynamoGraphDeployment": read_dynamo_graph,
     "RayClusterFleet": read_ray_cluster_fleet,
     "RayCluster": read_ray_cluster,
     "RayService": read_ray_service,

@@ -242,3 +242,59 @@ def test_an_unpriced_vllm_dispatch_backend_is_reported_so(client: TestClient) ->
     assert any(
         "pplx" in line and "not priced" in line for line in result["estimate"]["assumptions"]
     )
+
+
+def dynamo_graph(model: str, product: str) -> dict[str, Any]:
+    """A DynamoGraphDeployment shaped like ai-dynamo/dynamo's disagg.yaml, pinned to one GPU
+    product through its extraPodSpec."""
+
+    def worker(role: str, *extra: str) -> dict[str, Any]:
+        return {
+            "componentType": "worker",
+            "subComponentType": role,
+            "replicas": 1,
+            "resources": {"limits": {"gpu": "1"}},
+            "extraPodSpec": {
+                "nodeSelector": {"nvidia.com/gpu.product": product},
+                "mainContainer": {
+                    "image": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:0.6.1",
+                    "command": ["python3", "-m", "dynamo.vllm"],
+                    "args": ["--model", model, "--max-model-len", "8192", *extra],
+                },
+            },
+        }
+
+    return {
+        "apiVersion": "nvidia.com/v1alpha1",
+        "kind": "DynamoGraphDeployment",
+        "metadata": {"name": "disagg", "namespace": "ml", "annotations": {MODE_KEY: "deny"}},
+        "spec": {
+            "services": {
+                "Frontend": {
+                    "componentType": "frontend",
+                    "extraPodSpec": {
+                        "mainContainer": {"command": ["python3", "-m", "dynamo.frontend"]}
+                    },
+                },
+                "VllmDecodeWorker": worker("decode"),
+                "VllmPrefillWorker": worker("prefill", "--is-prefill-worker"),
+            }
+        },
+    }
+
+
+@pytest.mark.parametrize(("model", "fits"), [("Qwen/Qwen3-0.6B", True), (LLAMA_70B, False)])
+def test_dynamo_prefill_and_decode_are_each_judged_on_their_gpus(
+    client: TestClient, model: str, fits: bool
+) -> None:
+    """A 70B in bf16 (141 GB of weights) cannot fit one L4 (24 GB) in either role; a 0.6B does."""
+    obj = dynamo_graph(model, "NVIDIA-L4")
+    response = client.post("/v1/preflight", json={"object": obj})
+    assert response.status_code == 200, response.text[:600]
+    results = response.json()["results"]
+    assert sorted(r["role"] for r in results) == ["decode", "prefill"]
+    for result in results:
+        assert result["verdict"] == ("fits" if fits else "does_not_fit"), result["role"]
+        assert result["request"]["gpu"] == "NVIDIA-L4"
+    answer = admit(client, review(obj))
+    assert answer["allowed"] is fits

@@ -195,3 +195,31 @@ def test_a_ray_service_importing_its_own_code_is_a_problem_not_a_guess() -> None
     reading = _read("kuberay-rayservice-vllm-custom.yaml")
     assert reading.workloads == ()
     assert "import_path" in reading.problems[0].field
+
+
+def test_dynamo_disagg_reads_a_prefill_and_a_decode_worker() -> None:
+    reading = _read("dynamo-vllm-disagg.yaml")
+    # Two workers (subComponentType prefill / decode), each `python3 -m dynamo.vllm --model
+    # Qwen/Qwen3-0.6B` with `resources.limits.gpu: "1"`; the Frontend runs no engine.
+    assert {w.role for w in reading.workloads} == {"prefill", "decode"}
+    for work in reading.workloads:
+        assert work.engine.value == "vllm"
+        assert work.model is not None and work.model.repo_id == "Qwen/Qwen3-0.6B"
+        assert work.gpus is not None and work.gpus.count == 1
+        assert work.gpus.resource == "nvidia.com/gpu"
+        assert work.replicas.value == 1
+    assert [o.path for o in reading.others] == ["spec.services.Frontend.extraPodSpec.containers[0]"]
+    # The prefill worker's Dynamo flag is its own, not vLLM's.
+    prefill = _one(reading, "prefill")
+    assert any("--is-prefill-worker" in arg.words for arg in prefill.command.ignored_args)
+
+
+def test_dynamo_multinode_workers_span_their_nodes() -> None:
+    reading = _read("dynamo-vllm-disagg-multinode.yaml")
+    # `multinode.nodeCount: 2` pods of one GPU each run `--tensor-parallel-size 2`; the roles
+    # come from the service names (decode, prefill) and --is-prefill-worker.
+    assert {w.role for w in reading.workloads} == {"prefill", "decode"}
+    for work in reading.workloads:
+        assert _values(work)["tensor_parallel_size"] == 2
+        assert work.pods_per_group.value == 2
+        assert work.gpus_per_group is not None and work.gpus_per_group.value == 2
