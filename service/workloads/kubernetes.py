@@ -63,6 +63,7 @@ from service.workloads.pods import (
     Collector,
     OtherContainer,
     PodTemplate,
+    Role,
     ServingWorkload,
     WorkloadReading,
     as_map,
@@ -88,6 +89,24 @@ __all__ = [
 
 _DEFAULT_ONE = "default (Kubernetes: 1)"
 
+# llm-d's guides label each side of disaggregated serving ``llm-d.ai/role: prefill|decode`` on
+# the Deployment or LeaderWorkerSet and its pod template (llm-d/llm-d
+# ``guides/wide-ep-lws/manifests/modelserver/base/decode.yaml``, ``guides/pd-disaggregation``);
+# its inference scheduler routes on that label, so the pods carry the role they serve.
+_LLM_D_ROLE_LABEL = "llm-d.ai/role"
+_LLM_D_ROLES: Mapping[str, Role] = {"prefill": "prefill", "decode": "decode"}
+
+
+def _labelled_role(obj: Mapping[str, object], template_path: str, default: Role) -> Role:
+    """The llm-d role of the pods at ``template_path`` (a ``...spec``): their template's label,
+    else the object's; ``default`` when neither names one."""
+    template_labels = subtree(obj, template_path.rsplit(".", 1)[0] + ".metadata.labels")
+    for labels in (template_labels, subtree(obj, "metadata.labels")):
+        role = _LLM_D_ROLES.get(as_text(as_map(labels).get(_LLM_D_ROLE_LABEL)) or "")
+        if role is not None:
+            return role
+    return default
+
 
 def _read_pod_object(obj: Mapping[str, object], out: Collector) -> ReadProblem | None:
     spec = obj.get("spec")
@@ -112,7 +131,12 @@ def _replicated(
         read_pod(
             out,
             PodTemplate(
-                out.kind, "main", template_path, spec, replicas, Sourced(1, "one pod per replica")
+                out.kind,
+                _labelled_role(obj, template_path, "main"),
+                template_path,
+                spec,
+                replicas,
+                Sourced(1, "one pod per replica"),
             ),
         )
         return None
@@ -145,7 +169,7 @@ def _read_lws(obj: Mapping[str, object], out: Collector) -> ReadProblem | None:
         out,
         PodTemplate(
             out.kind,
-            "leader",
+            "leader" if leader is not None else _labelled_role(obj, leader_path, "leader"),
             leader_path,
             leader_spec,
             replicas,

@@ -298,3 +298,37 @@ def test_dynamo_prefill_and_decode_are_each_judged_on_their_gpus(
         assert result["request"]["gpu"] == "NVIDIA-L4"
     answer = admit(client, review(obj))
     assert answer["allowed"] is fits
+
+
+def test_an_llm_d_role_label_is_the_preflight_role(client: TestClient) -> None:
+    """llm-d's P/D guides label each side's pods `llm-d.ai/role`; the result names that side."""
+    results = {}
+    for role in ("prefill", "decode"):
+        obj = {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": role, "labels": {"llm-d.ai/role": role}},
+            "spec": {
+                "replicas": 1,
+                "template": {
+                    "spec": {
+                        "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-L4"},
+                        "containers": [
+                            {
+                                "name": "vllm",
+                                "command": ["vllm", "serve", "Qwen/Qwen3-0.6B"],
+                                "args": ["--max-model-len", "8192"],
+                                "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                            }
+                        ],
+                    }
+                },
+            },
+        }
+        response = client.post("/v1/preflight", json={"object": obj})
+        assert response.status_code == 200, response.text[:600]
+        (result,) = response.json()["results"]
+        results[role] = result
+    assert {r: results[r]["role"] for r in results} == {"prefill": "prefill", "decode": "decode"}
+    # a 0.6B in bf16 (1.2 GB of weights) at 8192 tokens fits one L4 (24 GB) on either side
+    assert all(r["verdict"] == "fits" for r in results.values())

@@ -64,6 +64,38 @@ def test_llm_d_wide_ep_decode_reads_the_lws_group_arithmetic() -> None:
     assert "kv_cache_memory_bytes" not in work.options
     assert any("--kv-cache-memory-bytes is empty" in n for n in work.command.notes)
     assert _values(work)["data_parallel_size"] == 16
+    # the LeaderWorkerSet and its pods carry `llm-d.ai/role: decode` (one template, no leader's)
+    assert work.role == "decode"
+
+
+def test_an_llm_d_deployment_takes_the_role_of_its_label() -> None:
+    """llm-d's P/D guides label the prefill Deployment's pods `llm-d.ai/role: prefill`."""
+    template = {
+        "metadata": {"labels": {"llm-d.ai/role": "prefill"}},
+        "spec": {
+            "containers": [
+                {
+                    "name": "vllm",
+                    "image": "vllm/vllm-openai:v0.11.0",
+                    "command": ["vllm", "serve", "Qwen/Qwen3-0.6B"],
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                }
+            ]
+        },
+    }
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "prefill"},
+        "spec": {"replicas": 2, "template": template},
+    }
+    reading = read_workloads(deployment)
+    assert isinstance(reading, WorkloadReading), reading
+    assert [w.role for w in reading.workloads] == ["prefill"]
+    del template["metadata"]["labels"]["llm-d.ai/role"]
+    reading = read_workloads(deployment)
+    assert isinstance(reading, WorkloadReading), reading
+    assert [w.role for w in reading.workloads] == ["main"]
 
 
 def test_llm_d_wide_ep_decode_with_its_kv_size_set_is_dp_16_over_the_group() -> None:
