@@ -326,7 +326,9 @@ def small_cases(t: Target) -> list[Outcome]:
 
 def _count_413(t: Target) -> float:
     metrics = harness.request(t.url + "/metrics")[1].decode()
-    prefix = 'http_requests_total{method="POST",route="/v1/estimate/inference",status="413"} '
+    prefix = (
+        'llmmem_http_requests_total{method="POST",route="/v1/estimate/inference",status="413"} '
+    )
     return next(
         (float(line[len(prefix) :]) for line in metrics.splitlines() if line.startswith(prefix)),
         0.0,

@@ -16,9 +16,14 @@ estimator's own cost in-process, batch throughput, resident memory, and a profil
    the ASGI path with cProfile (and pyinstrument when installed) into bench/profile.txt.
 6. Rewrites its section of bench/results.md (the soak appends its own sections below).
 
-Targets (the issue's, for this 2-core machine): service >= 0.8 x baseline throughput; an
+7. Distinct bodies at 32 connections against a bare FastAPI app computing the same answers
+   the plain FastAPI way (`baseline_app.py`, mode `compute`: a `def` route with the request
+   model as its body and the response model as its return), the two alternating, two rounds.
+
+Targets (the issues', for this 2-core machine): service >= 0.8 x baseline throughput; an
 in-process estimate with fit and inverse search < 200 us; a 1000-item batch < 0.5 s;
-RSS < 150 MiB per worker.
+RSS < 150 MiB per worker; distinct bodies at 32 connections >= 1.5 x the computing bare
+FastAPI app with p99 <= 20 ms (issue 28 §4).
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import harness, scheduling_bench
+from bench import distinct_bench, harness, scheduling_bench
 
 RESULTS = harness.REPO / "bench" / "results.md"
 PROFILE = harness.REPO / "bench" / "profile.txt"
@@ -452,6 +457,8 @@ def render(data: dict[str, Any]) -> str:
         f"{max(data['rss_loaded'], data['rss_after_batch']) / MiB:.1f} MiB | "
         f"{verdict(max(data['rss_loaded'], data['rss_after_batch']) < TARGET_RSS_MIB * MiB)} |",
         "",
+        *distinct_bench.render(data, verdict),
+        "",
         *scheduling_bench.render(data),
         "",
         "Profile of the in-process request path: `bench/profile.txt`.",
@@ -509,24 +516,7 @@ def main() -> int:
             (tmp / "answer.json").write_bytes(answer)
             port = harness.free_port()
             baseline = harness.start(
-                [
-                    sys.executable,
-                    "-m",
-                    "uvicorn",
-                    "bench.baseline_app:create_app",
-                    "--factory",
-                    "--host",
-                    harness.HOST,
-                    "--port",
-                    str(port),
-                    "--workers",
-                    "1",
-                    "--no-access-log",
-                    "--log-level",
-                    "warning",
-                    "--timeout-keep-alive",
-                    "5",
-                ],
+                distinct_bench.uvicorn(port),
                 port,
                 tmp / "baseline.log",
                 env={
@@ -550,6 +540,9 @@ def main() -> int:
                     result = run_wrk(server.url + INFERENCE_PATH, lua, c, args.duration)
                     data[name].append(result)
                     print(f"{name:8s} c={c:3d} {result}", flush=True)
+            data["distinct_vs_compute"] = distinct_bench.run(
+                tmp, service, distinct, request_body, args.duration, run_wrk
+            )
             data["scheduling"] = []
             for name, path, body in scheduling_bench.bodies():
                 script_dir = tmp / path.strip("/").replace("/", "-")

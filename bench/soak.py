@@ -50,7 +50,7 @@ from typing import Any
 
 import httpx
 
-from bench import harness, soak_phases
+from bench import harness, soak_load, soak_phases, soak_store
 from bench.harness import LLAMA_CONFIG
 
 RESULTS = harness.REPO / "bench" / "results.md"
@@ -59,7 +59,10 @@ WORKERS = 12
 BURST_SIZE = 100
 BURST_EVERY_S = 7.0
 MiB = 2**20
-SHUTDOWN_SINGLES = 26
+# In flight at SIGTERM: as many as one worker admits (service/api/concurrency.py: 1 thread
+# and 32 waiting, of which one batch per thread), less the 4 held requests.
+SHUTDOWN_BATCHES = 1
+SHUTDOWN_SINGLES = 27
 
 
 @dataclass
@@ -294,7 +297,7 @@ async def fill_caches(
             await asyncio.gather(*requests)
             sent += len(requests)
             metrics = (await client.get("/metrics")).text
-            held = re.search(r"^estimate_response_cache_bytes (\S+)$", metrics, re.MULTILINE)
+            held = re.search(r"^llmmem_estimate_response_cache_bytes (\S+)$", metrics, re.MULTILINE)
             if held and float(held.group(1)) >= 0.97 * cache_bytes:
                 break
     return sent
@@ -367,9 +370,13 @@ async def shutdown_under_load(server: harness.Server, grace_s: int) -> dict[str,
             finished.append(time.monotonic())
             return response
 
-        tasks = [asyncio.create_task(timed("/v1/estimate/batch", big_batch)) for _ in range(2)]
-        # As many as one worker admits (1 thread + 32 waiting by default, less the 2 batches
-        # and the 4 held requests): more would be shed with 503 by design, not lost.
+        tasks = [
+            asyncio.create_task(timed("/v1/estimate/batch", big_batch))
+            for _ in range(SHUTDOWN_BATCHES)
+        ]
+        # As many as one worker admits (1 thread + 32 waiting by default, of which one batch
+        # per thread, less the batch and the 4 held requests): more would be shed with 503 by
+        # design, not lost.
         tasks += [
             asyncio.create_task(timed("/v1/estimate/inference", single))
             for _ in range(SHUTDOWN_SINGLES)
@@ -446,7 +453,8 @@ def render(data: dict[str, Any], mix: list[Scenario]) -> str:
         f"after warm-up (5-15 s), {growth['end'] / MiB:.1f} MiB over the last 10 s, max "
         f"{growth['max'] / MiB:.1f} MiB: growth **{growth['growth'] * 100:+.1f}%** "
         f"(limit +{GROWTH_LIMIT * 100:.0f}%).",
-        f"- SIGTERM with {shutdown['in_flight']} requests in flight (2 batches of 1000, "
+        f"- SIGTERM with {shutdown['in_flight']} requests in flight "
+        f"({SHUTDOWN_BATCHES} batch of 1000, "
         f"{SHUTDOWN_SINGLES} single estimates, 4 requests with half-sent bodies finished after "
         "the signal): "
         f"{shutdown['statuses']}, {shutdown['completed_after_signal']} of them completed after "
@@ -483,12 +491,18 @@ def hostile_phases(
         "heavy": lambda server: soak_phases.heavy_distinct(
             server, limit, args.heavy_duration, args.seed
         ),
+        "store": lambda server: soak_store.store_files(server, limit, tmp, args.heavy_duration),
+        "mix": lambda server: soak_load.heavy_mix(server, limit, args.heavy_duration, args.seed),
+        "admission": lambda server: soak_load.large_review(server, limit),
     }
+    # Phases whose worker needs files or settings of its own: name -> its environment.
+    setups = {"store": soak_store.prepare}
     phases = []
     for name in args.phases:
         if name not in runs:
             continue
-        server = soak_phases.start_limited(tmp / f"{name}.log", limit)
+        env = setups[name](tmp) if name in setups else None
+        server = soak_phases.start_limited(tmp / f"{name}.log", limit, env)
         try:
             harness.wait_ready(server)
             print(f"soak: phase {name} against {server.url} (pid {server.pid})", flush=True)
@@ -508,8 +522,9 @@ def main() -> int:
     parser.add_argument(
         "--phases",
         type=lambda text: text.split(","),
-        default=["headers", "slow", "heavy", "mixed"],
-        help="comma-separated: headers, slow, heavy (bench/soak_phases.py), mixed (the minute)",
+        default=["headers", "slow", "heavy", "store", "mix", "admission", "mixed"],
+        help="comma-separated: headers, slow, heavy (bench/soak_phases.py), store "
+        "(bench/soak_store.py), mix, admission (bench/soak_load.py), mixed (the minute)",
     )
     parser.add_argument("--label", default="", help="added to the results headings")
     parser.add_argument("--no-memory-limit", action="store_true")

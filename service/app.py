@@ -18,7 +18,12 @@ from service.api.access_log import AccessLog
 from service.api.auth import ALWAYS_OPEN, AuthMiddleware, TokenStore
 from service.api.bodies import add_body_schemas
 from service.api.concurrency import CpuPool
-from service.api.middleware import RequestContextMiddleware, configure_logging
+from service.api.fast_path import EstimateFastPath, InlinePolicy
+from service.api.middleware import (
+    RequestContextMiddleware,
+    SheddingMiddleware,
+    configure_logging,
+)
 from service.api.problems import install_problem_handlers
 from service.api.response_cache import ResponseCacheMiddleware
 from service.api.routes import docs, estimates, gpus, health, models, scheduling, ui
@@ -90,6 +95,8 @@ def model_store(app: FastAPI, settings: Settings) -> ModelStore:
         walk=WalkLimits(max_entries=settings.model_store_max_entries),
         max_safetensors_header_bytes=settings.model_store_max_header_bytes,
         max_gguf_metadata_bytes=settings.model_store_max_gguf_metadata_bytes,
+        max_models=settings.model_store_max_models,
+        read_timeout_s=settings.model_store_read_timeout_s,
     )
     return ModelStore(
         root_paths(settings.model_dirs), settings.model_store_rescan_s, limits, changed
@@ -134,25 +141,34 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.access_log = AccessLog(log_handler) if settings.access_log else None
     app.state.model_store = model_store(app, settings)
     app.state.cpu_pool = _cpu_pool(settings, app.state.metrics)
+    app.state.inline_policy = InlinePolicy(max_inline_s=settings.inline_estimate_max_ms / 1000)
     install_problem_handlers(app)
     add_body_schemas(app, estimates.BODY_MODELS)
     # Estimates first: routes are matched in order, and they are most of the traffic.
-    app.include_router(estimates.router)
-    app.include_router(health.router)
-    app.include_router(gpus.router)
-    app.include_router(models.router)
-    app.include_router(ui.router)
-    app.include_router(docs.router)
-    app.include_router(scheduling.router)
-    # Innermost: a replayed answer still gets the read deadline, request id, metrics and log.
+    routers = (
+        estimates.router,
+        health.router,
+        gpus.router,
+        models.router,
+        ui.router,
+        docs.router,
+        scheduling.router,
+    )
+    for router in routers:
+        app.include_router(router)
+    # Innermost: cheap estimates answered on the loop (a miss of the response cache).
+    app.add_middleware(EstimateFastPath)
+    # Then: a replayed answer still gets the read deadline, request id, metrics and log.
     app.add_middleware(
         ResponseCacheMiddleware,
         metrics=app.state.metrics,
         max_bytes=settings.response_cache_bytes,
         max_request_bytes=settings.response_cache_max_request_bytes,
     )
-    # Outer three: a 408 for a trickled body still gets the request id, metrics and log.
+    # Outer ones: a 408 for a trickled body still gets the request id, metrics and log.
     app.add_middleware(RequestReadTimeoutMiddleware, timeout_s=settings.request_read_timeout_s)
+    # Before anything reads the body: a request the pool has no slot for costs a 503.
+    app.add_middleware(SheddingMiddleware)
     if settings.auth_enabled:
         # Before anything reads the body: an unauthenticated caller costs a header scan.
         open_paths = ALWAYS_OPEN | ({"/metrics"} if not settings.metrics_require_auth else set())
@@ -168,5 +184,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         metrics=app.state.metrics,
         max_body_bytes=settings.max_body_bytes,
         access_log=app.state.access_log,
+        # What a request answered before routing (401, 408, 413) is counted under.
+        routes=tuple(route for router in routers for route in router.routes),
     )
     return app

@@ -129,6 +129,28 @@ class Settings(BaseSettings):
         le=600,
         description="Seconds an estimate (or a batch) may take, queueing included (503 after).",
     )
+    inline_estimate_max_ms: float = Field(
+        1.0,
+        ge=0,
+        le=50,
+        description="An estimate of a kind last measured at most this long (ms) runs on the "
+        "event loop instead of the pool (no thread hop), within half of the loop's time; 0 "
+        "runs every estimate on the pool.",
+    )
+    admission_deadline_s: float = Field(
+        3.0,
+        gt=0,
+        le=30,
+        description="Seconds an admission review may take, queueing included; keep it below "
+        "the webhook's timeoutSeconds (5 in deploy/). Past it the containers not yet checked "
+        "are named in a warning, or the review is denied under admission_unchecked=deny.",
+    )
+    admission_unchecked: Literal["allow", "deny"] = Field(
+        "allow",
+        description="What a review the service could not check (past its deadline, over the "
+        "limit table's bounds, the replica saturated) gets: `allow` with a warning saying why "
+        "(the webhook's failurePolicy Ignore), or `deny` with the reason (failurePolicy Fail).",
+    )
     batch_cost_budget: int = Field(
         131_072,
         ge=1_024,
@@ -169,6 +191,20 @@ class Settings(BaseSettings):
         le=1024 * 1_048_576,
         description="Largest GGUF metadata and tensor-info section read; a file with a larger "
         "one is skipped.",
+    )
+    model_store_max_models: int = Field(
+        2000,
+        ge=1,
+        le=100_000,
+        description="Models one scan of the model store indexes at most (each costs its "
+        "architecture and byte counts in memory).",
+    )
+    model_store_read_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        le=3600,
+        description="Seconds reading one model's headers may take; past it the model is "
+        "skipped for this scan and tried again at the next.",
     )
 
     @model_validator(mode="after")

@@ -10,7 +10,15 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from bench.validate import calibration, inference, llamacpp, public_logs, public_logs_sglang
+from bench.validate import (
+    calibration,
+    inference,
+    llamacpp,
+    model_resolution,
+    performance,
+    public_logs,
+    public_logs_sglang,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "docs" / "accuracy.md"
@@ -37,8 +45,10 @@ def main() -> int:
         parts.append("\n" + finetune.report())
     parts.append("\n" + public_logs.report())
     parts.append("\n" + public_logs_sglang.report())
+    parts.append("\n" + performance.report())
     parts.append("\n" + calibration.report())
     parts.append("\n" + llamacpp.report())
+    parts.append("\n" + model_resolution.report())
     OUT.write_text("".join(parts))
     print(f"wrote {OUT.relative_to(ROOT)}")
     return 0

@@ -322,7 +322,9 @@ def _fmt(name: str, v: float) -> str:
 
 
 def results() -> list[Result]:
-    return [run(c) for c in checks()]
+    from bench.validate import performance  # it builds its Result from this module's class
+
+    return [*(run(c) for c in checks()), performance.register_result()]
 
 
 def report(computed: list[Result] | None = None) -> str:
@@ -356,6 +358,12 @@ def report(computed: list[Result] | None = None) -> str:
         lines.append("")
         for r in notes:
             lines.append(f"- {' + '.join(r.names)}: {r.note}.")
+    kept = [calibration.REGISTER[r.names[0]] for r in computed]
+    kept = [e for e in kept if e.kept_over_refit]
+    if kept:
+        lines += ["", "Registered values kept over their refit, and why:", ""]
+        for e in kept:
+            lines.append(f"- `{e.name}`: {e.kept_over_refit}.")
     unmeasured = [e for n, e in calibration.REGISTER.items() if n not in checked or not e.fitted_on]
     if unmeasured:
         lines += ["", "Entries no validation row measures (their value and source):", ""]

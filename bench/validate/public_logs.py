@@ -79,6 +79,8 @@ GPU_REF = {
     "T4 (README: NVIDIA T4 (SM75))": "t4",
     "RTX 3090 (24GB)": "rtx-3090",
     "A100-PCIE-40GB": "a100-pcie-40gb",
+    'L40S (PR text: "1xL40S GPU")': "l40s",
+    'H100 (PR text: "H100-80G")': "h100",
 }
 
 #: Printed model names -> catalog ids, where the row's name is not the catalog id itself.
@@ -103,6 +105,14 @@ MODEL_REF = {
 
 #: Rows that resolve but cannot be estimated as printed, with why.
 NOT_MODELLED = {
+    # Scorable since the catalog has Llama 3.2 Vision: V0's encoder-decoder runner profiles
+    # max_num_seqs (128) dummy sequences with their images through the vision encoder and the
+    # cross-attention states (36.63 GiB of activation logged); the estimate has no model of
+    # that runner's profile, and its pool comes out 43.4 GiB against 14.65 GiB.
+    "v_pr12126_mllama": (
+        "V0's encoder-decoder (mllama) profiling run, 128 dummy sequences with images through "
+        "the vision encoder, is not modelled (36.63 GiB of activation logged)"
+    ),
     # README test headings only: the runs' gpu_memory_utilization (which sets the pool) and
     # max_model_len are not stated, and the campaign varies the utilization from run to run.
     "v_dl_32b_tp2": "gpu_memory_utilization not stated (README heading only); it sets the pool",
@@ -111,6 +121,15 @@ NOT_MODELLED = {
     "v_34076": (
         "two pipeline stages on different GPUs (RTX 5070 Ti 16 GB, RTX 5090 D 32 GB) with an "
         "uneven VLLM_PP_LAYER_PARTITION=16,32: the estimate places one GPU type and even stages"
+    ),
+    # A developer's test run (vllm-project/vllm#17122): the log shows tokens and concurrency,
+    # not the command. 0.8.5 charges every byte on the device to the budget, and the tokens
+    # leave 5.6 GiB beside the weights at the default 0.9, where 0.8.5's code on an L40S (Ada)
+    # charges 1.8 GiB; 1024 sequences, a utilization near 0.8 or another process would each
+    # account for it (the CSV notes give what was checked).
+    "v_pr17122_l40s": (
+        "command not printed: gpu_memory_utilization, max_num_seqs and the entrypoint, which "
+        "set 0.8.5's pool, are not stated (the row's notes: what the L40S code path charges)"
     ),
 }
 
@@ -155,21 +174,21 @@ ROW_OPTIONS: dict[str, dict[str, Any]] = {
     # 79.18 GiB (the document's campaign default is 0.9; its 20b row sums to 0.9 × 79.18).
     "v_llmd_h100_gptoss120b": {"mxfp4_backend": "triton", "gpu_memory_utilization": 0.95},
     "v_llmd_h100_gptoss20b": {"mxfp4_backend": "triton"},
-    # The log prints "Using FlashInfer for top-p & top-k sampling." (V1 picks FlashInfer's
-    # sampler whenever the package is installed in 0.8-0.10). The campaign's A100 40GB run
-    # prints "FlashInfer is not available" instead and keeps the default. v_17469's workers
-    # print it too (topk_topp_sampler.py:59, vLLM 0.8.5).
-    **{
-        row: {"sampler": "flashinfer"}
-        for row in (
-            "v_dl_7b_1g_025",
-            "v_dl_7b_1g_05",
-            "v_dl_7b_2g_025",
-            "v_dl_7b_2g_05",
-            "v_dl_120b_4g_08",
-            "v_17469",
-        )
-    },
+    # The sampler, where the row's log or source names it (``auto``, the default, is what the
+    # official image of the line runs: FlashInfer in 0.8-0.10). The campaign's A100 40GB run
+    # prints "FlashInfer is not available. Falling back to the PyTorch-native implementation";
+    # v_23278 and v_27508 run from conda environments (the site-packages paths of their
+    # tracebacks), pip installs of a wheel that does not require flashinfer. v_brendan keeps
+    # ``auto``: its installation script pip-installs vllm and then sglang[all], whose runtime
+    # extra requires flashinfer_python.
+    # v_pr21429_q3_235b is the test run of a vLLM developer's pull request, a development build
+    # of a source checkout, whose requirements do not include flashinfer. v_abc_l4_l31_8b's
+    # 0.11.0 log says "FlashInfer is not available" (a pip install in a notebook).
+    "v_dl_7b_2g40_05": {"sampler": "native"},
+    "v_pr21429_q3_235b": {"sampler": "native"},
+    "v_abc_l4_l31_8b": {"sampler": "native"},
+    "v_23278": {"sampler": "native"},
+    "v_27508": {"sampler": "native"},
     # Started through the Python ``LLM`` class (vLLM's LLM_CLASS usage context, whose V1
     # scheduling defaults differ from ``vllm serve``): v_brendan's notebook builds
     # ``vllm.LLM(...)`` in hello_world_script.py at the row's commit.
@@ -183,6 +202,10 @@ ROW_OPTIONS: dict[str, dict[str, Any]] = {
 #: ``min``), so a non-driver's activation peak and KV memory are not what the estimate (the
 #: driver's) gives; the token count is.
 NON_DRIVER_FIGURES = frozenset({"v_13061"})
+
+#: Rows whose pool error is not explained, with what was checked: shown and counted in every
+#: figure, bounded by the tests on their own (tests/validation/test_public_logs_vllm.py).
+UNEXPLAINED_POOL: dict[str, str] = {}
 
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
@@ -431,7 +454,14 @@ def _fmt(v: float, unit: str) -> str:
     return f"{v:.3f}" if abs(v) < 100 else f"{v:.1f}"
 
 
+def scored_rows(cases: Iterable[Case], verdicts: Iterable[Verdict]) -> set[str]:
+    """The rows with at least one figure or verdict compared."""
+    return {c.row for c in cases} | {v.row for v in verdicts}
+
+
 def report() -> str:
+    from bench.validate import public_logs_cells as cells  # it reads this module's rows
+
     cases, verdicts, excluded = evaluate()
     lines = [
         "## Held-out: public vLLM logs",
@@ -442,6 +472,10 @@ def report() -> str:
         "catalog does not hold, whose release is unknown or older than the oldest modelled "
         "line, or that print nothing checkable are listed below with the reason.",
         "",
+        f"Rows scored: {len(scored_rows(cases, verdicts))} of {len(rows())} "
+        "(tests/validation/test_public_logs_vllm.py holds the count to this line).",
+        "",
+        cells.report(cases),
         "### Per release line and component",
         "",
         "| line | component | n | mean abs error | worst |",
@@ -496,6 +530,8 @@ def report() -> str:
             f"| {c.row} | {c.line} | {c.component} | {_fmt(c.estimate, c.unit)} | "
             f"{_fmt(c.measured, c.unit)} | {c.unit} | {c.error * 100:+.2f}% |"
         )
+    lines += ["", "### Rows whose pool error is not explained", ""]
+    lines += [f"- {row}: {why}." for row, why in UNEXPLAINED_POOL.items()] or ["None."]
     lines += ["", f"### Not scored ({len(excluded)} rows)", "", "| row | reason |", "|---|---|"]
     for e in excluded:
         lines.append(f"| {e.row} | {e.reason} |")

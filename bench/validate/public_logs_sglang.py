@@ -16,6 +16,11 @@ the row prints them:
 - ``kv_total``: ``memory_usage.kvcache`` (K and V), likewise at the printed token count;
 - ``free_before_init``: free memory at "Init torch distributed begin" (the CUDA total less
   the CUDA context), which needs only the GPU;
+- ``free_at_weights``: free memory at "Load weight begin" (the CUDA total less the CUDA
+  context and the TP group's communicators: the memory free at start the budget is a fraction
+  of), against the engine's ``free_at_start``;
+- ``init_mem_usage``: "Init torch distributed ends. mem usage" (the communicators SGLang's TP
+  group sets up), against the NCCL term of the engine's overheads for the row's TP, board;
 - ``cuda_graph``: "Capture cuda graph end ... mem usage", against SGLang's own 2 MiB per
   decode batch size, which needs only the GPU and the captured batch sizes;
 - ``max_running_requests``: the scheduler's figure, derived from the printed tokens and
@@ -42,7 +47,7 @@ from service.catalog.gpu_catalog import load_gpu_catalog
 from service.catalog.model_catalog import load_model_catalog
 from service.estimator.engines import get_engine
 from service.estimator.engines import sglang_versions as sv
-from service.estimator.engines.overhead import cuda_context_bytes
+from service.estimator.engines.overhead import cuda_context_bytes, nccl_bytes, nvswitch_board
 from service.estimator.engines.sglang import GRAPH_BYTES_PER_BATCH, SglangEngine
 from service.estimator.gpu import GpuSpec
 from service.estimator.inference import InferenceRequest
@@ -81,6 +86,7 @@ _MODELS: dict[str, str] = {
     "Qwen/Qwen3-30B-A3B-Instruct(-2507)": "Qwen/Qwen3-30B-A3B-Instruct-2507",
     "Qwen/Qwen2.5-3B-Instruct": "Qwen/Qwen2.5-3B-Instruct",
     "Qwen2.5-72B GPTQ-Int4 (local)": "Qwen/Qwen2.5-72B-Instruct-GPTQ-Int4",
+    "Qwen/QwQ-32B": "Qwen/QwQ-32B",
 }
 _UNRESOLVED_MODELS: dict[str, str] = {
     "deepseek-ai/DeepSeek-V4-Pro": "DeepSeek-V4-Pro is not in the model catalog",
@@ -94,6 +100,10 @@ _GPUS: dict[str, tuple[str, str]] = {
     "H100 80GB": ("h100-sxm-80gb", "H100 board not stated; SXM and PCIe print 81559 MiB"),
     "A800-80G": ("a800-sxm4-80gb", "A800 board not stated; both print 81920 MiB"),
     "B200": ("b200", ""),
+    "L4 (not in the excerpt; as issue 26 gives it)": (
+        "l4",
+        "L4 as issue 26 names it; 21.63 GB free after a 0.13 GB init fits its 22.03 GiB",
+    ),
     "A100 (size not stated)": (
         "a100-sxm4-80gb",
         "A100 size not stated: the printed weights and KV cache (70.95 GiB) exceed a 40 GB card",
@@ -255,6 +265,12 @@ def compare(row: dict[str, str]) -> tuple[list[Comparison], Unresolved | None]:
     if gpu is not None and "Init torch begin" in before:
         free = (gpu.total_bytes - cuda_context_bytes()) / GIB
         add("free_before_init", free, _number(before) or 0.0, "GiB", gpu_note)
+    init_usage = _number(row.get("init_dist_mem_usage_printed") or "")
+    if init_usage:
+        tp = int(row["tp"] or 1)
+        est = nccl_bytes(tp, 1, nvswitch=nvswitch_board(gpu)) / GIB
+        board = "unknown GPU: the NVSwitch figure" if gpu is None else gpu_note
+        add("init_mem_usage", est, init_usage, "GiB", f"TP {tp}; {board}")
     graph = _number(row["cuda_graph_mem_usage_printed"] or "")
     graph_bs = _flag(row, "cuda_graph_max_bs")
     if graph is not None and graph_bs and graph > 0:
@@ -281,6 +297,9 @@ def compare(row: dict[str, str]) -> tuple[list[Comparison], Unresolved | None]:
         req = _request(row, model, gpu if "ROCm" not in row["platform"] else None)
         setup = setup_for(req)
         stage = setup.stages[-1]
+        if gpu is not None and "Load weight begin" in before:
+            free = _engine().free_at_start(setup, gpu.total_bytes) / GIB
+            add("free_at_weights", free, _number(before) or 0.0, "GiB", gpu_note)
         weights = _number(row["weights_mem_usage_printed"])
         if weights is not None:
             add("weights", max(s.weights for s in setup.stages) / GIB, weights, "GiB")
@@ -327,8 +346,8 @@ def _stats(cs: list[Comparison], agg: Callable[[list[float]], float]) -> str:
 def summary(comparisons: list[Comparison]) -> list[str]:
     """Per release line and component: rows, mean |error|, worst."""
     out = [
-        "| line | component | rows | mean abs error | worst (row) |",
-        "|---|---|---:|---:|---|",
+        "| line | component | rows | mean abs error | median abs error | worst (row) |",
+        "|---|---|---:|---:|---:|---|",
     ]
     groups: dict[tuple[str, str], list[Comparison]] = {}
     for c in comparisons:
@@ -337,7 +356,7 @@ def summary(comparisons: list[Comparison]) -> list[str]:
         worst = max(cs, key=lambda c: abs(c.error))
         out.append(
             f"| {line} | {component} | {len(cs)} | {_stats(cs, statistics.fmean)} | "
-            f"{worst.error * 100:+.2f}% ({worst.row}) |"
+            f"{_stats(cs, statistics.median)} | {worst.error * 100:+.2f}% ({worst.row}) |"
         )
     return out
 
@@ -365,6 +384,8 @@ def report() -> str:
         "",
         *summary(comparisons),
         "",
+        *_token_summary(comparisons),
+        "",
         "### Rows",
         "",
         "| row | line | component | estimate | printed | unit | error | note |",
@@ -380,6 +401,22 @@ def report() -> str:
     for u in unresolved:
         lines.append(f"| {u.row} | {u.reason} | {', '.join(u.compared) or '—'} |")
     return "\n".join(lines) + "\n"
+
+
+def _token_summary(comparisons: list[Comparison]) -> list[str]:
+    """The pool's token count over every line: the figure a capacity answer rests on."""
+    tokens = [c for c in comparisons if c.component == "kv_tokens"]
+    if not tokens:
+        return []
+    rows = ", ".join(f"{c.row} {c.error * 100:+.2f}%" for c in tokens)
+    return [
+        f"KV pool tokens (`max_total_num_tokens`), all lines: median |error| "
+        f"{_stats(tokens, statistics.median)} over {len(tokens)} rows ({rows}). No constant "
+        "of the SGLang engine is fitted to these rows: its rules are read from SGLang's "
+        "source; the one fitted term it uses, the NCCL buffers of a TP group on NVSwitch "
+        "boards (`nccl.tp_group_bytes`, `nccl.tp_peer_bytes`), is fitted on vLLM H100 rows "
+        "(docs/accuracy.md, calibration register), so every row here is held out.",
+    ]
 
 
 def _fmt(v: float) -> str:

@@ -11,17 +11,24 @@ with one holder only (`make soak`, heavy phase: /healthz p99 50 ms with one thre
 with two, bench/results.md).
 
 * **Admission**: at most `threads + LLMMEM_CPU_QUEUE` pieces of work admitted per worker
-  (running or waiting for a thread). Past that, `Overloaded` is raised at once, which the
-  problem handlers answer with 503 and `Retry-After`, so a saturated replica sheds load in
-  microseconds instead of queueing it into timeouts.
+  (running or waiting for a thread), of which at most `threads` batches: a batch is tens of
+  estimates (a 100-item batch of catalog models takes 100-300 ms), and every single estimate
+  queued behind two of them waits for both. Past that, `Overloaded` is raised at once, which
+  the problem handlers answer with 503 and `Retry-After`, so a saturated replica sheds load in
+  microseconds instead of queueing it into timeouts (service/api/middleware.py refuses before
+  routing when the pool is already full). Under issue 28's heavy mix (two distinct 80-layer
+  configs for each 100-item batch), batches let into every slot made the thread spend most of
+  its time on them: 4 answers a second.
 * **Deadline**: `deadline_s` (default `LLMMEM_ESTIMATE_DEADLINE_S`) counts from admission,
   queueing included. Past it the caller gets `DeadlineExceeded` (503), and the work is told to
   stop.
-* **Cancellation**: the work gets a `CancelToken`, set when the deadline passes or the client
-  disconnects (its `http.disconnect` arrives). Long work calls `checkpoint()` between items
-  (e.g. between the items of a batch); it raises `Cancelled` once the token is set, so the
-  thread is free again within one item. Work that never calls it runs to its end (a thread
-  cannot be stopped from outside); its slot stays taken until then, so admission stays honest.
+* **Cancellation**: the work gets a `CancelToken` (service/estimator/cancel.py), set when the
+  deadline passes or the client disconnects (its `http.disconnect` arrives). Long work calls
+  `checkpoint()` between items (the items of a batch, the containers of an admission review,
+  the nodes of an extender call, every evaluation of the estimator's searches); it raises
+  `Cancelled` once the token is set, so the thread is free again within one item. Work that
+  never calls it runs to its end (a thread cannot be stopped from outside); its slot stays
+  taken until then, so admission stays honest.
 
 Use from a route::
 
@@ -39,18 +46,31 @@ Use from a route::
 from __future__ import annotations
 
 import asyncio
-import threading
+import functools
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, TypeVar, TypeVarTuple
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, TypeVarTuple
 
 from starlette.types import Message, Receive
+
+from service.estimator.cancel import Cancelled, CancelToken, checkpoint, running
 
 if TYPE_CHECKING:
     from fastapi import Request
 
     from service.application.metrics import Metrics
+
+__all__ = [
+    "CancelToken",
+    "Cancelled",
+    "CpuPool",
+    "DeadlineExceeded",
+    "Overloaded",
+    "checkpoint",
+    "run_cpu_bound",
+    "run_on_body",
+]
 
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
@@ -67,10 +87,14 @@ RETRY_AFTER_S = 1
 class Overloaded(Exception):
     """Every slot of the pool is taken: answered 503 with Retry-After."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, kind: str = "single") -> None:
+        if kind == "single":
+            what = f"{capacity} estimates are already running or waiting"
+        else:
+            what = f"{capacity} batch{'es are' if capacity != 1 else ' is'} already running"
         super().__init__(
-            f"{capacity} estimates are already running or waiting on this replica; retry "
-            f"after {RETRY_AFTER_S} s (another replica may answer sooner)."
+            f"{what} on this replica; retry after {RETRY_AFTER_S} s (another replica may "
+            "answer sooner)."
         )
         self.retry_after_s = RETRY_AFTER_S
 
@@ -86,45 +110,10 @@ class DeadlineExceeded(Exception):
         self.retry_after_s = RETRY_AFTER_S
 
 
-class Cancelled(Exception):
-    """Raised by `checkpoint()` in the work once its token is set (deadline or disconnect)."""
-
-
-class CancelToken:
-    """Set once, from the loop; read by the work between items."""
-
-    def __init__(self, deadline: float) -> None:
-        self.deadline = deadline  # time.monotonic()
-        self.reason: str | None = None
-
-    def cancel(self, reason: str) -> None:
-        if self.reason is None:
-            self.reason = reason
-
-    def check(self) -> None:
-        if self.reason is None and time.monotonic() >= self.deadline:
-            self.reason = "deadline"
-        if self.reason is not None:
-            raise Cancelled(self.reason)
-
-
-_local = threading.local()
-
-
-def checkpoint() -> None:
-    """Raise `Cancelled` if the work running on this thread should stop; a no-op elsewhere."""
-    token: CancelToken | None = getattr(_local, "token", None)
-    if token is not None:
-        token.check()
-
-
 def _call(token: CancelToken, fn: Callable[[*Ts], T], args: tuple[*Ts]) -> T:
     token.check()  # waited past its deadline, or its client left: do not start
-    _local.token = token
-    try:
+    with running(token):
         return fn(*args)
-    finally:
-        _local.token = None
 
 
 async def _watch_disconnect(receive: Receive, token: CancelToken) -> None:
@@ -136,6 +125,9 @@ async def _watch_disconnect(receive: Receive, token: CancelToken) -> None:
             return
 
 
+Kind = Literal["single", "batch"]
+
+
 class CpuPool:
     """The bounded pool of one worker process."""
 
@@ -144,23 +136,38 @@ class CpuPool:
     ) -> None:
         self.threads = threads
         self.capacity = threads + queue
+        self.batch_capacity = threads
         self.deadline_s = deadline_s
         self.metrics = metrics
         self.executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="estimate")
         self.admitted = 0  # touched on the event loop only
+        self.batches = 0  # of which batches
 
-    def reserve(self) -> None:
+    def full(self, kind: Kind = "single") -> bool:
+        """No slot for work of this kind: it would be refused."""
+        if self.admitted >= self.capacity:
+            return True
+        return kind == "batch" and self.batches >= self.batch_capacity
+
+    def refuse(self, kind: Kind = "single") -> Overloaded:
+        """Count a refusal and return its exception (raised by :meth:`reserve`; answered
+        directly by the request middleware, before routing, when the pool is already full)."""
+        self._count("overloaded")
+        return Overloaded(self.capacity if kind == "single" else self.batch_capacity, kind)
+
+    def reserve(self, kind: Kind = "single") -> None:
         """Take a slot now, for work that will be handed to :meth:`run` with
         ``reserved=True`` (a route that reads its body only once admitted); Overloaded if none
         is free. :meth:`release_reservation` gives it back if the work never starts."""
-        if self.admitted >= self.capacity:
-            self._count("overloaded")
-            raise Overloaded(self.capacity)
+        if self.full(kind):
+            raise self.refuse(kind)
         self.admitted += 1
+        self.batches += kind == "batch"
         self._gauge()
 
-    def release_reservation(self) -> None:
+    def release_reservation(self, kind: Kind = "single") -> None:
         self.admitted -= 1
+        self.batches -= kind == "batch"
         self._gauge()
 
     async def run(
@@ -171,6 +178,7 @@ class CpuPool:
         receive: Receive | None = None,
         grace_s: float = 0.0,
         reserved: bool = False,
+        kind: Kind = "single",
     ) -> T:
         """`fn(*args)` on a pool thread; raises Overloaded, DeadlineExceeded or Cancelled.
 
@@ -178,12 +186,12 @@ class CpuPool:
         (work that catches `Cancelled` at a checkpoint and returns a partial result, e.g. a
         batch answering its unfinished items with problems); 0 answers at the deadline."""
         if not reserved:
-            self.reserve()
+            self.reserve(kind)
         deadline_s = self.deadline_s if deadline_s is None else deadline_s
         token = CancelToken(time.monotonic() + deadline_s)
         loop = asyncio.get_running_loop()
         future = loop.run_in_executor(self.executor, _call, token, fn, args)
-        future.add_done_callback(self._release)
+        future.add_done_callback(functools.partial(self._release, kind))
         watcher = (
             asyncio.create_task(_watch_disconnect(receive, token)) if receive is not None else None
         )
@@ -211,8 +219,8 @@ class CpuPool:
                 raise DeadlineExceeded(deadline_s) from None
             raise
 
-    def _release(self, future: asyncio.Future[Any]) -> None:
-        self.release_reservation()
+    def _release(self, kind: Kind, future: asyncio.Future[Any]) -> None:
+        self.release_reservation(kind)
         if not future.cancelled():
             future.exception()  # retrieved: an abandoned piece of work logs no warning
 
@@ -235,16 +243,17 @@ async def run_on_body(
     *args: *Ts,
     deadline_s: float | None = None,
     grace_s: float = 0.0,
+    kind: Kind = "single",
 ) -> T:
     """`fn(body, *args)` on the app's pool, admitted BEFORE the body is read: a saturated
     replica answers 503 without receiving a megabyte it would throw away, and the bodies held
     in memory are bounded by the pool's slots. The server discards the unread body."""
     pool: CpuPool = request.app.state.cpu_pool
-    pool.reserve()
+    pool.reserve(kind)
     try:
         raw = await request.body()
     except BaseException:
-        pool.release_reservation()
+        pool.release_reservation(kind)
         raise
     return await pool.run(
         fn,
@@ -254,6 +263,7 @@ async def run_on_body(
         receive=request.receive,
         grace_s=grace_s,
         reserved=True,
+        kind=kind,
     )
 
 

@@ -8,8 +8,8 @@ the life of a catalog load. Schedulers send the same few pre-flight bodies over 
 It sits inside the request-id/metrics/log middleware and the body-read deadline, so a hit still
 gets its own X-Request-ID, access-log line, HTTP metrics and 408/413 handling; routing,
 validation, the estimate and serialization are what a hit skips. The domain metrics a route
-records (estimates_total, fit outcomes) are replayed for hits from what the miss recorded, and
-`estimate_cache_total{result}` counts hits and misses.
+records (`llmmem_estimates_total`, fit outcomes) are replayed for hits from what the miss
+recorded, and `llmmem_estimate_cache_total{result}` counts hits and misses.
 
 Bounded by bytes (a quarter of `LLMMEM_CACHE_BYTES`, least recently used out first); bodies larger
 than `LLMMEM_RESPONSE_CACHE_MAX_REQUEST_BYTES` and non-200 answers are never stored. Keys

@@ -10,10 +10,12 @@ from types import MappingProxyType
 from typing import Any
 
 from service.estimator.inference import InferenceRequest
+from service.estimator.performance import Slo, Traffic
+from service.estimator.speculative import Speculative
 from service.estimator.training import FinetuneRequest, LoraSpec
 from service.schemas.estimates import FinetuneRequestBody, InferenceRequestBody
 
-__all__ = ["finetune_request", "inference_request"]
+__all__ = ["finetune_request", "inference_request", "performance_request"]
 
 
 def _engine_options(body: InferenceRequestBody) -> MappingProxyType[str, Any]:
@@ -22,8 +24,11 @@ def _engine_options(body: InferenceRequestBody) -> MappingProxyType[str, Any]:
     return MappingProxyType(body.engine_options.model_dump(exclude_none=True))
 
 
-def inference_request(body: InferenceRequestBody) -> InferenceRequest:
-    """The workload of ``body``; the architecture and GPU memory are set by the answer."""
+def inference_request(
+    body: InferenceRequestBody, speculative: Speculative | None = None
+) -> InferenceRequest:
+    """The workload of ``body``; the architecture and GPU memory are set by the answer, the
+    drafter (``speculative``) by :func:`~service.application.resolve.resolve_speculative`."""
     return InferenceRequest(
         architecture=None,
         weight_format=body.weight_format,
@@ -39,8 +44,21 @@ def inference_request(body: InferenceRequestBody) -> InferenceRequest:
         engine_options=_engine_options(body),
         tensor_parallel_size=body.tensor_parallel_size,
         pipeline_parallel_size=body.pipeline_parallel_size,
+        data_parallel_size=body.data_parallel_size,
+        expert_parallel=body.expert_parallel,
+        speculative=speculative,
+        host_memory_bytes=body.host_memory_bytes,
         attention=body.attention,
     )
+
+
+def performance_request(body: InferenceRequestBody) -> tuple[Traffic | None, Slo | None]:
+    """The traffic and SLO a body asks the performance model about (None: not asked)."""
+    t = body.traffic
+    traffic = None if t is None else Traffic(t.input_tokens, t.output_tokens, t.concurrency)
+    o = body.slo
+    slo = None if o is None else Slo(o.requests_per_s, o.ttft_ms, o.itl_ms)
+    return traffic, slo
 
 
 def finetune_request(body: FinetuneRequestBody) -> FinetuneRequest:

@@ -9,14 +9,20 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from service.application.convert import finetune_request, inference_request
+from service.application.convert import finetune_request, inference_request, performance_request
 from service.application.metrics import Metrics
 from service.application.render import render_estimate
-from service.application.resolve import ad_hoc_gpu, resolve_gpu, resolve_model
+from service.application.resolve import (
+    ad_hoc_gpu,
+    resolve_gpu,
+    resolve_model,
+    resolve_speculative,
+)
 from service.catalog.gpu_catalog import GpuCatalog
 from service.catalog.model_catalog import ModelCatalog
-from service.estimator.answer import Answer, answer_finetune, answer_inference
+from service.estimator.answer import Answer, ModelSpec, answer_finetune, answer_inference
 from service.estimator.errors import InvalidRequest
+from service.estimator.gpu import GpuSpec
 from service.model_store import StoreIndex
 from service.schemas.estimates import (
     EstimateResponse,
@@ -66,13 +72,7 @@ def run_estimate(
                 "`gpu_memory_bytes`)",
                 field="gpu",
             )
-        answer = answer_inference(
-            model,
-            inference_request(body),
-            estimator=body.estimator,
-            gpu=gpu,
-            gpu_count=body.gpu_count,
-        )
+        answer = answer_body(body, model, gpu, catalogs)
         engine = body.engine
     else:
         kind = "finetune"
@@ -84,6 +84,23 @@ def run_estimate(
     observation = (kind, answer.estimate.estimator, engine, fits)
     metrics.observe_estimate(*observation)
     return render_estimate(kind, model, answer), observation
+
+
+def answer_body(
+    body: InferenceRequestBody, model: ModelSpec, gpu: GpuSpec | None, catalogs: Catalogs
+) -> Answer:
+    """The estimator's answer to an inference body whose model and GPU are resolved."""
+    speculative = resolve_speculative(body.speculative, catalogs.models, catalogs.store)
+    traffic, slo = performance_request(body)
+    return answer_inference(
+        model,
+        inference_request(body, speculative),
+        estimator=body.estimator,
+        gpu=gpu,
+        gpu_count=body.gpu_count,
+        traffic=traffic,
+        slo=slo,
+    )
 
 
 def _check_wire_size(answer: Answer, kind: str) -> None:

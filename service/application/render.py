@@ -10,19 +10,27 @@ from __future__ import annotations
 
 from typing import Any, Literal, cast
 
-from service.estimator.answer import ESTIMATOR_VERSION, Answer, ModelSpec
+from service.estimator.answer import ESTIMATOR_VERSION, Answer, ModelResolution, ModelSpec
 from service.estimator.memo import memoized
 from service.estimator.model import Architecture
 from service.estimator.parallel import Layout
+from service.estimator.performance import Band, PerformanceAnswer
 from service.schemas.estimates import (
+    BandOut,
     CapacityOut,
     EstimateResponse,
     FinetuneDetails,
     FitOut,
     InferenceDetails,
     LayoutOut,
+    ModelResolutionOut,
+    PerformanceOut,
     PerGpu,
+    RangeOut,
+    ReplicasRangeOut,
     ResolvedModel,
+    SizingOut,
+    UnusedFieldOut,
 )
 
 __all__ = ["render_estimate"]
@@ -34,17 +42,91 @@ def _architecture_fields(arch: Architecture) -> dict[str, Any]:
     return arch.as_dict()
 
 
+def _resolution(r: ModelResolution | None) -> ModelResolutionOut | None:
+    if r is None:
+        return None
+    return ModelResolutionOut.model_construct(
+        requested=r.requested,
+        resolved_to=r.resolved_to,
+        route=cast(Literal["store", "catalog", "catalog-gguf", "rules"], r.route),
+        exact=r.exact,
+        format=r.format,
+        reasons=list(r.reasons),
+    )
+
+
 def _layout(layout: Layout) -> LayoutOut:
     return LayoutOut.model_construct(
         tensor_parallel_size=layout.tensor,
         pipeline_parallel_size=layout.pipeline,
         data_parallel_size=layout.data,
+        expert_parallel_size=layout.expert,
     )
+
+
+def _figure(x: float) -> float:
+    """A performance figure as the wire carries it: four significant digits are more than
+    the model's accuracy."""
+    return float(f"{x:.4g}")
+
+
+def _range(pair: tuple[float, float]) -> RangeOut:
+    return RangeOut.model_construct(low=_figure(pair[0]), high=_figure(pair[1]))
+
+
+def _band(band: Band) -> BandOut:
+    return BandOut.model_construct(
+        ttft_ms=_range(band.ttft_ms),
+        itl_ms=_range(band.itl_ms),
+        output_tokens_per_s=_range(band.output_tokens_per_s),
+        requests_per_s=_range(band.requests_per_s),
+    )
+
+
+def _performance(
+    answer: PerformanceAnswer | None,
+) -> tuple[PerformanceOut | None, SizingOut | None]:
+    if answer is None:
+        return None, None
+    p, z = answer.performance, answer.sizing
+    performance = PerformanceOut.model_construct(
+        ttft_ms=_figure(p.ttft_ms),
+        itl_ms=_figure(p.itl_ms),
+        output_tokens_per_s=_figure(p.output_tokens_per_s),
+        requests_per_s=_figure(p.requests_per_s),
+        latency_ms=_figure(p.latency_ms),
+        bound=p.bound,
+        saturated=p.saturated,
+        calibrated=p.calibrated,
+        concurrency=p.concurrency,
+        running=p.running,
+        max_concurrency=p.max_concurrency,
+        queue_wait_ms=_figure(p.queue_wait_ms),
+        calibration=p.calibration,
+        band=None if p.band is None else _band(p.band),
+    )
+    sizing = None
+    if z is not None:
+        sizing = SizingOut.model_construct(
+            replicas=z.replicas,
+            gpus=z.gpus,
+            per_replica_requests_per_s=_figure(z.per_replica_requests_per_s),
+            concurrency=z.concurrency,
+            slo_met=z.slo_met,
+            limited_by=z.limited_by,
+            replicas_range=None
+            if z.replicas_range is None
+            else ReplicasRangeOut.model_construct(
+                low=z.replicas_range[0], high=z.replicas_range[1]
+            ),
+        )
+    return performance, sizing
 
 
 def render_estimate(kind: str, model: ModelSpec, answer: Answer) -> EstimateResponse:
     est, fit, cap = answer.estimate, answer.fit, answer.estimate.capacity
     arch = model.architecture
+    performance, sizing = _performance(answer.performance)
     return EstimateResponse.model_construct(
         kind=cast(Literal["inference", "finetune"], kind),
         estimator=cast(Literal["detailed", "simple"], est.estimator),
@@ -55,6 +137,7 @@ def render_estimate(kind: str, model: ModelSpec, answer: Answer) -> EstimateResp
             parameter_count=model.parameter_count,
             active_parameter_count=model.active_parameter_count,
             architecture=_architecture_fields(arch) if arch else None,
+            resolution=_resolution(model.resolution),
         ),
         breakdown=dict(est.total),
         total_bytes=est.total_bytes,
@@ -78,6 +161,7 @@ def render_estimate(kind: str, model: ModelSpec, answer: Answer) -> EstimateResp
             max_sequence_length=fit.max_sequence_length,
             min_gpu_layout=_layout(fit.min_gpu_layout) if fit.min_gpu_layout else None,
             engine_args=None if fit.engine_args is None else list(fit.engine_args),
+            min_gpu_layout_reason=fit.min_gpu_layout_reason,
         ),
         capacity=None
         if cap is None
@@ -94,4 +178,18 @@ def render_estimate(kind: str, model: ModelSpec, answer: Answer) -> EstimateResp
         details=cast(InferenceDetails | FinetuneDetails, dict(est.details)),
         assumptions=list(answer.assumptions),
         summary=answer.summary,
+        unused_fields=[
+            UnusedFieldOut.model_construct(
+                field=u.field,
+                decided_by=list(u.decided_by),
+                engine_values=dict(u.engine_values),
+                reason=u.why,
+                given=u.given,
+            )
+            for u in answer.unused_fields
+        ],
+        engine_options=dict(answer.engine_options) if answer.engine_options else None,
+        engine_defaults=list(answer.engine_defaults),
+        performance=performance,
+        sizing=sizing,
     )

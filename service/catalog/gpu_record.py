@@ -45,6 +45,7 @@ MIB = 2**20
 GIB = 2**30
 
 Vendor = Literal["nvidia", "amd", "intel"]
+Interconnect = Literal["nvlink", "xgmi", "roce", "pcie"]
 Architecture = Literal[
     "volta",
     "turing",
@@ -236,6 +237,23 @@ class Gpu(BaseModel):
     fp16_tflops: float | None = Field(
         default=None, gt=0, description="dense FP16 tensor TFLOPS, given where BF16 is absent"
     )
+    interconnect: Interconnect | None = Field(
+        default=None,
+        description=(
+            "the link tensor-parallel peers exchange activations over: 'nvlink' (NVLink, "
+            "through NVSwitch on SXM boards or a bridge on NVL boards), 'xgmi' (AMD Infinity "
+            "Fabric), 'roce' (Gaudi's on-chip RoCE ports), 'pcie'; null where not sourced"
+        ),
+    )
+    interconnect_bandwidth_gbps: float | None = Field(
+        default=None,
+        gt=0,
+        le=10_000,
+        description="what one GPU sends to its peers over `interconnect`, GB/s, one direction",
+    )
+    interconnect_source: str | None = Field(
+        default=None, min_length=1, description="where the interconnect figures come from"
+    )
     architecture: Architecture | None = Field(
         default=None, description="architecture family, e.g. hopper, cdna3; null if unknown"
     )
@@ -259,6 +277,20 @@ class Gpu(BaseModel):
     )
     multiprocessors_source: str | None = Field(
         default=None, min_length=1, description="where multiprocessors comes from"
+    )
+    gpus_per_node: StrictInt | None = Field(
+        default=None,
+        gt=0,
+        le=72,
+        description=(
+            "GPUs of this type one server (one Kubernetes node) holds, as the largest common "
+            "server or cloud instance documents it: what tensor parallelism may span and "
+            "what a minimum layout fills before it adds pipeline stages; null: 8, an HGX "
+            "board's"
+        ),
+    )
+    gpus_per_node_source: str | None = Field(
+        default=None, min_length=1, description="where gpus_per_node comes from"
     )
     gfx_target: str | None = Field(
         default=None,
@@ -310,6 +342,11 @@ class Gpu(BaseModel):
             raise ValueError("bf16 must be true exactly when bf16_tflops is given")
         if self.fp8_format is not None and not self.fp8:
             raise ValueError("fp8_format is given but fp8 is false")
+        given = (self.interconnect, self.interconnect_bandwidth_gbps, self.interconnect_source)
+        if any(v is not None for v in given) and any(v is None for v in given):
+            raise ValueError(
+                "give interconnect, interconnect_bandwidth_gbps and interconnect_source together"
+            )
         self._check_vendor_facts()
         self._check_label()
         self._check_mig()
@@ -326,6 +363,8 @@ class Gpu(BaseModel):
             raise ValueError("multiprocessors counts NVIDIA SMs; leave it out")
         if (self.multiprocessors is None) != (self.multiprocessors_source is None):
             raise ValueError("give multiprocessors together with multiprocessors_source")
+        if (self.gpus_per_node is None) != (self.gpus_per_node_source is None):
+            raise ValueError("give gpus_per_node together with gpus_per_node_source")
         if self.vendor != "amd" and self.gfx_target is not None:
             raise ValueError("gfx_target is an AMD notion; leave it out")
 

@@ -34,10 +34,13 @@ import difflib
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from service.catalog.model_aliases import AliasRules, AliasRulesError, load_alias_rules
+from service.catalog.name_resolver import NameMatch, NameResolver
 from service.estimator.errors import EstimatorError, NotFound
 from service.estimator.gguf_quant import get_preset, quant_model
 from service.estimator.model import (
@@ -48,7 +51,14 @@ from service.estimator.model import (
     read_config,
 )
 
-__all__ = ["CatalogError", "GgufRepo", "ModelCatalog", "ModelEntry", "load_model_catalog"]
+__all__ = [
+    "CatalogError",
+    "GgufRepo",
+    "ModelCatalog",
+    "ModelEntry",
+    "NameMatch",
+    "load_model_catalog",
+]
 
 DEFAULT_PATH = Path(__file__).parent / "models"
 
@@ -112,10 +122,15 @@ class ModelEntry:
         return (self.id, *self.aliases)
 
 
-class ModelCatalog:
-    """Models by case-insensitive id or alias."""
+def _lookup_key(name: str) -> str:
+    """How a name is looked up: case and surrounding blanks do not matter."""
+    return name.strip().lower()
 
-    def __init__(self, entries: Iterable[ModelEntry]) -> None:
+
+class ModelCatalog:
+    """Models by case-insensitive id or alias; other names through the alias rules."""
+
+    def __init__(self, entries: Iterable[ModelEntry], rules: AliasRules | None = None) -> None:
         self._entries: tuple[ModelEntry, ...] = tuple(sorted(entries, key=lambda e: e.id.lower()))
         index: dict[str, ModelEntry] = {}
         for entry in self._entries:
@@ -126,16 +141,20 @@ class ModelCatalog:
                     raise CatalogError(f"name {name!r} is used by both {other.id} and {entry.id}")
                 index[key] = entry
         self._index = index
+        self.rules = rules
+        self._names = (
+            NameResolver(rules, self._entries, self._index.get) if rules is not None else None
+        )
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def __contains__(self, model_id: object) -> bool:
-        return isinstance(model_id, str) and model_id.lower() in self._index
+        return isinstance(model_id, str) and _lookup_key(model_id) in self._index
 
     def get(self, model_id: str) -> ModelEntry:
         """The entry whose id or alias is ``model_id`` (any case); NotFound otherwise."""
-        entry = self._index.get(model_id.strip().lower())
+        entry = self._index.get(_lookup_key(model_id))
         if entry is not None:
             return entry
         names = {name.lower(): name for e in self._entries for name in e.names}
@@ -143,8 +162,9 @@ class ModelCatalog:
         hint = f" (did you mean {', '.join(names[c] for c in close)}?)" if close else ""
         raise NotFound(
             f"model {model_id!r} is not in the catalog{hint}: post its config.json as "
-            "`hf_config`, or put its files in the model store (a directory listed in "
-            "LLMMEM_MODEL_DIRS)",
+            "`hf_config` (estimate and pre-flight requests), or put its files in the model "
+            "store (a directory listed in LLMMEM_MODEL_DIRS; what admission and the scheduler "
+            "extender read)",
             field="model",
         )
 
@@ -173,6 +193,21 @@ class ModelCatalog:
             )
         return entry, found[0], found[1]
 
+    def resolve_name(self, name: str) -> NameMatch | None:
+        """A name no catalog id, alias or GGUF repository matches, read by the alias rules
+        (:mod:`.model_aliases`): None when no rule reads it."""
+        if self._names is None or _lookup_key(name) in self._index:
+            return None
+        return self._names.resolve(name)
+
+    def copy_model(self, match: NameMatch) -> tuple[Architecture, ParameterCounts]:
+        """The architecture of the copy ``match`` names: its base's config with the
+        quantization and dtype the name says."""
+        overrides = match.config_overrides
+        if not overrides:
+            return match.entry.architecture, match.entry.counts
+        return _copy_model(match.entry.id, json.dumps(dict(overrides), sort_keys=True), self)
+
     def all(self) -> tuple[ModelEntry, ...]:
         return self._entries
 
@@ -194,6 +229,22 @@ class ModelCatalog:
                 continue
             out.append(e)
         return tuple(out)
+
+
+@lru_cache(maxsize=256)
+def _copy_model(
+    entry_id: str, overrides: str, catalog: ModelCatalog
+) -> tuple[Architecture, ParameterCounts]:
+    """Built once per (model, format): bounded by the catalog's size times its formats."""
+    config = dict(catalog.get(entry_id).config)
+    config.pop("dtype", None)  # transformers 5 spelling; torch_dtype below takes its place
+    for key, value in json.loads(overrides).items():
+        if value is None:
+            config.pop(key, None)  # a dequantized copy: no quantization_config
+        else:
+            config[key] = value
+    arch = read_config(config)
+    return arch, count_parameters(arch)
 
 
 @dataclass(frozen=True)
@@ -374,8 +425,11 @@ def _entries(raws: Mapping[str, _Raw]) -> list[ModelEntry]:
     return entries
 
 
-def load_model_catalog(path: str | Path | None = None) -> ModelCatalog:
-    """Load and validate every ``*.json`` file under ``path`` (a file or a directory)."""
+def load_model_catalog(
+    path: str | Path | None = None, rules: str | Path | None = None
+) -> ModelCatalog:
+    """Load and validate every ``*.json`` file under ``path`` (a file or a directory), with
+    the alias rules of ``rules`` (default: ``model_aliases.toml``)."""
     root = Path(path) if path is not None else DEFAULT_PATH
     files = sorted(root.glob("*.json")) if root.is_dir() else [root]
     if not files:
@@ -394,4 +448,8 @@ def load_model_catalog(path: str | Path | None = None) -> ModelCatalog:
             if key in raws:
                 raise CatalogError(f"{file.name}: {raw.id} is also defined in {raws[key].file}")
             raws[key] = raw
-    return ModelCatalog(_entries(raws))
+    try:
+        alias_rules = load_alias_rules(rules)
+    except AliasRulesError as exc:
+        raise CatalogError(str(exc)) from exc
+    return ModelCatalog(_entries(raws), alias_rules)

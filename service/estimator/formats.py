@@ -31,6 +31,13 @@ Each quantized layout follows the tensors its checkpoint format really stores:
   q4_0 18/32, q4_1 20/32, q5_0 22/32, q5_1 24/32, q2_K 84/256, q3_K 110/256, q4_K 144/256,
   q5_K 176/256, q6_K 210/256. A GGUF file quantizes embeddings and the output matrix as well; the
   k-quant mixes (Q4_K_M, ...) choose types per tensor: :mod:`service.estimator.gguf_quant`.
+- llama.cpp's own names, as users write them: every llama-quantize preset of
+  :data:`~service.estimator.gguf_quant.PRESETS` is a format of its own name (``Q4_K_M``,
+  ``Q8_0``, ``IQ4_XS``: the names of the files people pull), its ``preset`` set; a linear
+  weight alone is priced in the preset's bulk type, and the answer prices the whole preset
+  tensor by tensor where the model's shape allows (``service/estimator/answer.py``). The
+  ``gguf-`` names stay the pure types (every matrix in one type, ``llama-quantize --pure``).
+  ``F16``, ``BF16`` and ``F32`` are the converter's output types: names of fp16, bf16, fp32.
 """
 
 from __future__ import annotations
@@ -40,7 +47,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
+from gguf.constants import GGML_QUANT_SIZES
+
 from service.estimator.errors import InvalidRequest
+from service.estimator.gguf_quant import PRESETS
 from service.estimator.model.quantization import QuantizationSpec
 from service.estimator.units import bytes_per_element, cdiv
 
@@ -49,6 +59,7 @@ __all__ = [
     "QLORA_FORMATS",
     "WEIGHT_FORMATS",
     "WeightFormat",
+    "canonical_format_name",
     "format_from_quantization",
     "get_format",
     "kv_dtype_bytes",
@@ -81,6 +92,8 @@ class WeightFormat:
     description: str = ""
     # A frozen base a LoRA adapter can train on (bitsandbytes 4- and 8-bit: QLoRA).
     qlora_base: bool = False
+    # The llama-quantize preset the format names (Q4_K_M, ...): types chosen per tensor.
+    preset: str | None = None
 
     @property
     def quantized(self) -> bool:
@@ -135,7 +148,33 @@ _FORMATS: tuple[WeightFormat, ...] = (
     WeightFormat("gguf-q6_k", "gguf", 6, 256, "fp32", True, block_bytes=210),
 )
 
-_BY_NAME: dict[str, WeightFormat] = {f.name: f for f in _FORMATS}
+# The converter's plain output types (convert_hf_to_gguf.py --outtype) are plain formats.
+_PLAIN_PRESETS = {"F16": "fp16", "BF16": "bf16", "F32": "fp32"}
+
+
+def _preset_format(name: str) -> WeightFormat:
+    """A llama-quantize preset as a format: its bulk type's block layout (what one linear
+    weight costs), the nominal bits of its name, embeddings and output quantized."""
+    bulk = PRESETS[name].default
+    block, size = GGML_QUANT_SIZES[bulk]
+    bits = int(next(c for c in bulk.name if c.isdigit()))
+    return WeightFormat(
+        name,
+        "gguf",
+        bits,
+        block,
+        "fp32",
+        True,
+        block_bytes=size,
+        description=f"llama-quantize {name}: {PRESETS[name].description}",
+        preset=name,
+    )
+
+
+_FORMATS += tuple(_preset_format(name) for name in PRESETS if name not in _PLAIN_PRESETS)
+
+# Names as a request may write them, lower-cased: llama.cpp's are upper-case (Q4_K_M).
+_BY_NAME: dict[str, WeightFormat] = {f.name.lower(): f for f in _FORMATS}
 
 # Every weight format the service accepts (the API's enum is built from this tuple).
 WEIGHT_FORMATS: tuple[str, ...] = tuple(f.name for f in _FORMATS)
@@ -154,23 +193,30 @@ _FORMAT_ALIASES: dict[str, str] = {
     "fp8-dynamic": "fp8-channel",
     "bnb-nf4": "nf4",
     "bnb-int8": "int8",
+    **{preset.lower(): plain for preset, plain in _PLAIN_PRESETS.items()},
 }
 
 # KV-cache dtypes a request may name; "auto" is the activation (model) dtype.
 KV_CACHE_DTYPES: tuple[str, ...] = ("auto", "fp16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp32")
 
 
+def canonical_format_name(name: str) -> str | None:
+    """The service's name of the format `name` spells, in any case, aliases included
+    ("awq", "bfloat16", llama.cpp's "q4_k_m" or "F16"); None for a name it does not know."""
+    key = name.strip().lower()
+    found = _BY_NAME.get(_FORMAT_ALIASES.get(key, key))
+    return None if found is None else found.name
+
+
 def get_format(name: str) -> WeightFormat:
     """The format called `name` (aliases such as "awq" or "bfloat16" accepted)."""
-    key = name.strip().lower()
-    key = _FORMAT_ALIASES.get(key, key)
-    try:
-        return _BY_NAME[key]
-    except KeyError:
+    canonical = canonical_format_name(name)
+    if canonical is None:
         raise InvalidRequest(
             f"unknown weight_format {name[:40]!r}; supported: {', '.join(WEIGHT_FORMATS)}",
             field="weight_format",
-        ) from None
+        )
+    return _BY_NAME[canonical.lower()]
 
 
 def kv_dtype_bytes(kv_cache_dtype: str, activation_dtype: str) -> float:

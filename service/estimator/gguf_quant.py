@@ -57,6 +57,7 @@ __all__ = [
     "QuantModel",
     "Role",
     "converted_tensors",
+    "fallback_type",
     "get_preset",
     "gguf_weights_of",
     "preset_types",
@@ -176,7 +177,9 @@ _FALLBACK: dict[GGMLQuantizationType, GGMLQuantizationType] = {
 }
 
 
-def _fallback(t: GGMLQuantizationType, ne0: int) -> GGMLQuantizationType:
+def fallback_type(t: GGMLQuantizationType, ne0: int) -> GGMLQuantizationType:
+    """``t``, or llama-quantize's fall-back type for a row of ``ne0`` elements that is not a
+    whole number of its blocks (``tensor_type_fallback``; F16 when neither fits)."""
     if ne0 % _block(t) == 0:
         return t
     t = _FALLBACK.get(t, t)
@@ -295,7 +298,7 @@ def preset_types(
             i_ffn_down += t.count
         elif t.role is Role.ATTN_OUTPUT:
             chosen = _attn_output_type(preset, model)
-        out[k] = _fallback(chosen, t.ne0)
+        out[k] = fallback_type(chosen, t.ne0)
     return tuple(out)
 
 

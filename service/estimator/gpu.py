@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT_GPUS_PER_NODE", "MAX_THREADS_PER_MULTIPROCESSOR", "GpuSpec"]
+__all__ = ["DEFAULT_GPUS_PER_NODE", "MAX_THREADS_PER_MULTIPROCESSOR", "GpuPerformance", "GpuSpec"]
 
 #: GPUs tensor parallelism may span: one node's NVLink domain (8 on HGX / DGX boards).
 DEFAULT_GPUS_PER_NODE = 8
@@ -29,6 +29,21 @@ MAX_THREADS_PER_MULTIPROCESSOR: dict[tuple[int, int], int] = {
     (10, 3): 2048,
     (12, 0): 1536,
 }
+
+
+@dataclass(frozen=True, slots=True)
+class GpuPerformance:
+    """What the performance model reads of a GPU (service/estimator/performance/): the
+    catalog's datasheet peaks, in SI units, for the part a process sees (a MIG slice gets its
+    share), the architecture family its calibration is keyed by, and the tensor-parallel link
+    (None: not sourced)."""
+
+    memory_bytes_per_s: float
+    tensor_flops_per_s: float  # dense BF16 (FP16 where the GPU has no BF16)
+    architecture: str | None
+    interconnect: str | None = None
+    interconnect_bytes_per_s: float | None = None  # one GPU, one direction
+    mig_share: float | None = None  # the compute share of a MIG slice (None: whole GPU)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +72,8 @@ class GpuSpec:
     vendor: str | None = None  # "nvidia", "amd", "intel" (None: unknown)
     # Streaming multiprocessors the process sees (None: unknown, and for a MIG slice).
     multiprocessors: int | None = None
+    # Datasheet peaks for the performance model (None: an ad-hoc GPU known by its memory).
+    performance: GpuPerformance | None = None
 
     @property
     def is_mig(self) -> bool:

@@ -112,6 +112,9 @@ class KvLayout:
     linear: LinearAttentionSpec | None = None
     tp: int = 1
     state_dtype_bytes: float = 2.0  # the model dtype, which linear-attention states keep
+    # A speculative drafter's KV bytes per token on this GPU, held for every token beside the
+    # target's layers (:mod:`service.estimator.speculative`).
+    extra_token_bytes: int = 0
     # One sliding layer's bytes per token when they differ from a full layer's (Gemma 4: 256-
     # vs 512-wide heads); None: the same.
     sliding_layer_token_bytes: int | None = None
@@ -157,7 +160,8 @@ class KvLayout:
     def full_token_bytes(self) -> int:
         """Bytes one token costs on every layer of the stage (no window saving)."""
         full = self.layer_token_bytes * (self.full_layers + self.chunked_layers)
-        return full + self.sliding_token_bytes * self.sliding_layers + self.indexer_bytes
+        sliding = self.sliding_token_bytes * self.sliding_layers
+        return full + sliding + self.indexer_bytes + self.extra_token_bytes
 
     def prefill_bytes(self, prompt_tokens: int) -> int:
         """One sequence's DynamicCache right after the prefill: every layer holds the prompt."""
@@ -175,7 +179,8 @@ class KvLayout:
         if self.chunked_layers:
             chunked = self.chunked_layers * min(total_tokens, self.chunk or total_tokens)
         kv = (self.full_layers * total_tokens + chunked) * self.layer_token_bytes + sliding
-        return kv + total_tokens * self.indexer_bytes + self.sequence_state_bytes
+        per_token = self.indexer_bytes + self.extra_token_bytes
+        return kv + total_tokens * per_token + self.sequence_state_bytes
 
 
 @lru_cache(maxsize=1024)

@@ -57,6 +57,7 @@ class FitReason(StrEnum):
     """Why a request fits or not: the first check that fails, in this order."""
 
     FITS = "fits"
+    TOO_FEW_GPUS = "too_few_gpus"
     INVALID_LAYOUT = "invalid_layout"
     MIG_CANNOT_SPAN = "mig_cannot_span"
     DTYPE_UNSUPPORTED = "dtype_unsupported"
@@ -65,11 +66,15 @@ class FitReason(StrEnum):
     OUTSIDE_BUDGET_EXCEEDED = "outside_budget_exceeded"
     KV_POOL_BELOW_ONE_SEQUENCE = "kv_pool_below_one_sequence"
     WORKLOAD_EXCEEDS_MEMORY = "workload_exceeds_memory"
+    HOST_MEMORY_EXCEEDED = "host_memory_exceeded"
 
 
 #: What each reason means, for people (the summary and the docs use these words).
 REASON_TEXT: Mapping[FitReason, str] = {
     FitReason.FITS: "fits",
+    FitReason.TOO_FEW_GPUS: (
+        "the engine's parallel layout uses more GPUs than it is given: it will not start"
+    ),
     FitReason.INVALID_LAYOUT: "the engine cannot run this parallel layout",
     FitReason.MIG_CANNOT_SPAN: "one process sees one MIG slice; NCCL does not span MIG instances",
     FitReason.DTYPE_UNSUPPORTED: "the GPU cannot run this dtype or quantization",
@@ -85,6 +90,10 @@ REASON_TEXT: Mapping[FitReason, str] = {
         "refuses to start"
     ),
     FitReason.WORKLOAD_EXCEEDS_MEMORY: "the requested batch and sequence length exceed memory",
+    FitReason.HOST_MEMORY_EXCEEDED: (
+        "what the engine holds in host memory (offloaded weights, adapter and KV caches, swap) "
+        "exceeds the memory the pod may use: the kubelet would kill it"
+    ),
 }
 
 
@@ -113,3 +122,5 @@ class Fit:
     layout: Layout | None = None
     min_gpu_layout: Layout | None = None
     engine_args: tuple[str, ...] | None = None
+    # Why ``min_gpu_layout`` is that layout (the form operators run, what smaller fails).
+    min_gpu_layout_reason: str | None = None

@@ -3,15 +3,27 @@ the fewest pipeline stages that fit.
 
 Memory grows monotonically with batch size and sequence length, so a doubling phase followed by
 a bisection finds the boundary in O(log n) estimates; every search is capped in steps so no
-request can trigger an unbounded computation.
+request can trigger an unbounded computation, and checks before each evaluation whether its
+work was cancelled (service/estimator/cancel.py: a deadline passed, the client left), so a
+search of costly setups stops within one evaluation.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from service.estimator.cancel import checkpoint
+
 # Each search evaluates the predicate at most this many times (2 × log2(10^9) < 64).
 MAX_SEARCH_STEPS = 64
+
+
+def _checked(predicate: Callable[[int], bool]) -> Callable[[int], bool]:
+    def evaluate(n: int) -> bool:
+        checkpoint()
+        return predicate(n)
+
+    return evaluate
 
 
 def largest_true(predicate: Callable[[int], bool], lo: int, hi: int) -> int | None:
@@ -20,6 +32,7 @@ def largest_true(predicate: Callable[[int], bool], lo: int, hi: int) -> int | No
     Returns None when predicate(lo) is false. Exponential probing from `lo` first, so small
     answers (the common case) cost few evaluations, then bisection.
     """
+    predicate = _checked(predicate)
     if lo > hi or not predicate(lo):
         return None
     steps = 1
@@ -53,6 +66,7 @@ def smallest_true(
     (a true stretch narrower than one doubling can be stepped over), then a bisection between
     it and the last false one. Capped at :data:`MAX_SEARCH_STEPS` evaluations.
     """
+    predicate = _checked(predicate)
     if lo > hi:
         return None
     if predicate(lo):

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from service.estimator.errors import InvalidRequest
 from service.estimator.formats import get_format
 from service.estimator.gpu import GpuSpec
-from service.estimator.parallel import Layout
+from service.estimator.parallel import Layout, operator_layout, operator_tensor_sizes
 from service.estimator.result import Estimate, Fit, FitReason
 from service.estimator.search import largest_true
 from service.estimator.units import cdiv
@@ -229,5 +229,21 @@ def simple_fit(
         assumptions=("usable memory: the CUDA total (the simple rules reserve nothing)",),
         reason=reason,
         layout=Layout(gpu_count),
-        min_gpu_layout=None if min_count is None else Layout(min_count),
+        min_gpu_layout=None if min_count is None else _operator_form(min_count, gpu),
+        min_gpu_layout_reason=None
+        if min_count is None
+        else (
+            f"simple rules: the memory split evenly over {min_count} GPU(s), the fewest of "
+            f"{', '.join(map(str, counts))} that fit; shown as the layout operators run (TP "
+            f"inside a node of {gpu.gpus_per_node} GPUs, PP across nodes); the heads are not "
+            "checked"
+        ),
     )
+
+
+def _operator_form(count: int, gpu: GpuSpec) -> Layout:
+    """``count`` GPUs as operators lay them out: TP up to a node, PP across nodes (the simple
+    rules split evenly, so any layout of ``count`` GPUs holds the same bytes)."""
+    node = gpu.gpus_per_node
+    sizes = operator_tensor_sizes(range(1, node + 1), node)
+    return operator_layout(count, sizes, count) or Layout(count)

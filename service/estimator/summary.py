@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from service.estimator.parallel import Layout
-from service.estimator.result import REASON_TEXT, Estimate, Fit
+from service.estimator.result import REASON_TEXT, Estimate, Fit, FitReason
 
 COMPONENT_LABELS = {
     "weights": "weights",
@@ -42,6 +42,8 @@ def summarize(model_name: str, estimate: Estimate, fit: Fit | None, gpu_name: st
     if fit.fits:
         return f"{head}; fits {on}, {gb(fit.headroom_bytes)} GB free"
     verdict = f"does not fit {on}: {REASON_TEXT[fit.reason]}"
+    if fit.reason is FitReason.HOST_MEMORY_EXCEEDED:
+        return f"{head}; {verdict}"
     if fit.min_gpu_count is not None:
         verdict += f"; fits on {fit.min_gpu_count}{_as(fit.min_gpu_layout)}"
     else:
@@ -59,6 +61,11 @@ def _as(layout: Layout | None) -> str:
     if layout.pipeline > 1:
         parts.append(f"PP {layout.pipeline}")
     text = " × ".join(parts) or "TP 1"
-    if layout.data > 1:
+    if layout.expert > 1:
+        # DP ranks whose MoE layers form one expert-parallel group: not independent copies.
+        if layout.data > 1:
+            text += f" × DP {layout.data}"
+        text += f", experts over EP {layout.expert}"
+    elif layout.data > 1:
         text += f", {layout.data} replicas"
     return f" as {text}"

@@ -32,10 +32,21 @@ from service.estimator.formats import (
     linear_weight_bytes,
 )
 from service.estimator.model import Architecture, LinearModule, Shard
-from service.estimator.parallel import pp_layer_partition
+from service.estimator.parallel import ExpertLayout, pp_layer_partition
 from service.estimator.units import GIB, bytes_per_element, cdiv, normalize_dtype
 
 __all__ = ["Placement", "WeightLayout", "resolve_format", "shard_shape", "weight_layout"]
+
+# Checkpoint projections vLLM and SGLang load into one parameter (their models'
+# ``packed_modules_mapping``: qkv_proj from q/k/v, gate_up_proj from gate/up): per-parameter
+# offloading moves such a parameter whole.
+_PACKED = {
+    "q_proj": "qkv_proj",
+    "k_proj": "qkv_proj",
+    "v_proj": "qkv_proj",
+    "gate_proj": "gate_up_proj",
+    "up_proj": "gate_up_proj",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +88,8 @@ class WeightLayout:
     quantized_params: int
     dense_dtype: str
     assumptions: tuple[str, ...] = ()
+    # Bytes of each parameter of each decoder layer on one TP rank, in module order.
+    layer_tensors: tuple[tuple[int, ...], ...] = ()
 
     @property
     def per_gpu_max(self) -> int:
@@ -159,8 +172,11 @@ def weight_layout(
     tensor_parallel_size: int = 1,
     pipeline_parallel_size: int = 1,
     placement: Placement = Placement(),
+    experts: ExpertLayout | None = None,
 ) -> WeightLayout:
-    """Weight bytes of `arch` stored in `weight_format`, placed over TP x PP GPUs."""
+    """Weight bytes of `arch` stored in `weight_format`, placed over TP x PP GPUs; routed
+    experts by `experts` when the engine spreads them differently from the dense layers
+    (None: split like them, by TP)."""
     tp, pp = tensor_parallel_size, pipeline_parallel_size
     fmt, from_config = resolve_format(arch, weight_format)
     dense_dtype = (
@@ -168,6 +184,11 @@ def weight_layout(
     )
     dense = bytes_per_element(dense_dtype)
     per_layer = [0] * arch.num_layers  # bytes on one TP rank
+    # The parameters of each decoder layer on one TP rank, in module order (what per-parameter
+    # offloading walks).
+    layer_tensors: list[list[int]] = [[] for _ in range(arch.num_layers)]
+    packed_last: list[str | None] = [None] * arch.num_layers
+    packed_at = [0] * arch.num_layers
     by_component: dict[str, int] = {}
     quantized_params = 0
     emb_rows = _vocab_rows(arch.vocab_size, tp, placement.vocab_padding)
@@ -191,20 +212,37 @@ def weight_layout(
                 by_component["lm_head"] = by_component.get("lm_head", 0) + w
                 quantized_params += m.weight_numel if quant else 0
             continue
+        instances = m.per_layer
+        if experts is not None and m.routed:
+            fan_in, fan_out = shard_shape(m, arch, experts.tensor)
+            instances = experts.local_experts(m.per_layer)
         if quant:
             w = linear_weight_bytes(fmt, fan_in, fan_out)
             quantized_params += m.weight_numel * m.count
         else:
             w = int(fan_in * fan_out * bytes_per_element(m.dtype or dense_dtype))
-        if m.bias:
-            w += int(fan_out * dense)
-        w *= m.per_layer
+        bias = int(fan_out * dense) if m.bias else 0
+        weight_t, bias_t = w * instances, bias * instances
+        w = weight_t + bias_t
         if not m.layers:
             # Outside the layers (OPT-350m's project_in / project_out): with the embedding
             # on the first stage, else with the final norm on the last.
             outside[m.component == "embeddings"] += w
+        packed = _PACKED.get(m.name)
         for i in m.layers:
             per_layer[i] += w
+            tensors = layer_tensors[i]
+            if packed is not None and packed_last[i] == packed:
+                # Another part of the same engine parameter (q/k/v, gate/up): one tensor,
+                # and its bias one more.
+                tensors[packed_at[i]] += weight_t
+                if bias_t:
+                    tensors[packed_at[i] + 1] += bias_t
+                continue
+            packed_last[i], packed_at[i] = packed, len(tensors)
+            tensors.append(weight_t)
+            if bias_t:
+                tensors.append(bias_t)
         by_component[m.component] = by_component.get(m.component, 0) + w * max(1, len(m.layers))
     emb_bytes = outside[True]
     final_norm = outside[False]
@@ -230,6 +268,7 @@ def weight_layout(
         b *= g.per_layer
         for i in g.layers:
             per_layer[i] += b
+            layer_tensors[i].append(b)
         by_component[g.component] = by_component.get(g.component, 0) + b * len(g.layers)
     vision_bytes = 0
     if placement.include_vision and arch.vision is not None:
@@ -248,7 +287,7 @@ def weight_layout(
         if s == pp - 1:
             b += final_norm + head_bytes
         stages.append(b)
-    if tp == 1 and pp == 1:
+    if tp == 1 and pp == 1 and experts is None:
         model_bytes = stages[0] - extra - placement.extra_per_layer * arch.num_layers
         components = by_component
     else:
@@ -268,6 +307,18 @@ def weight_layout(
             f"in {dense_dtype}, not quantized)"
         )
     assumptions.extend(placement.extra_notes)
+    if experts is not None and arch.moe is not None:
+        local = experts.local_experts(arch.moe.num_experts)
+        if experts.expert > 1:
+            text = (
+                f"routed experts spread over {experts.expert} expert-parallel ranks: "
+                f"{local} of {arch.moe.num_experts + experts.redundant} per GPU"
+            )
+            if experts.redundant:
+                text += f" ({experts.redundant} redundant copies for load balancing)"
+        else:
+            text = f"routed experts' width split {experts.tensor} ways (all experts on each GPU)"
+        assumptions.append(text)
     if tp > 1 and arch.num_kv_heads < tp:
         assumptions.append(
             f"TP {tp} exceeds the {arch.num_kv_heads} KV heads: K/V projections replicated"
@@ -278,6 +329,7 @@ def weight_layout(
         per_stage=tuple(stages),
         tensor_parallel_size=tp,
         by_component=MappingProxyType(components),
+        layer_tensors=tuple(tuple(t) for t in layer_tensors),
         quantized_params=quantized_params,
         dense_dtype=dense_dtype,
         assumptions=tuple(assumptions),

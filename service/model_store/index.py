@@ -1,21 +1,32 @@
 """The store's index: every model found under the store roots, built from headers only.
 
 For each model directory (:mod:`.layout`) the index reads ``config.json`` (its
-``quantization_config`` included), ``model.safetensors.index.json`` (``metadata.total_size``)
-and the header of every ``.safetensors`` file, or the metadata and tensor infos of its
-``.gguf`` files, and builds the :class:`~service.estimator.model.Architecture` and the
-checkpoint's exact bytes per component (:class:`~service.estimator.checkpoint.CheckpointWeights`).
+``quantization_config`` included), ``model.safetensors.index.json`` (``metadata.total_size``
+and the ``weight_map`` of tensors to shards) and the header of every shard present, or the
+metadata and tensor infos of its ``.gguf`` files, and builds the
+:class:`~service.estimator.model.Architecture` and the checkpoint's exact bytes per component
+(:class:`~service.estimator.checkpoint.CheckpointWeights`), whatever the family. Shards the
+index lists but the directory lacks (a download in progress, a metadata-only copy) count with
+the bytes the index's total leaves after the shards present; ``.safetensors`` files the index
+does not list (``consolidated.safetensors``) are another packaging and are not counted.
 A file or model that cannot be read is skipped with its reason (logged and kept in
 :attr:`StoreIndex.skipped`); nothing stops the index.
 
 Headers are re-read only for files whose size or modification time changed since the last
-scan; a scan reads at most ``max_header_bytes_per_scan`` bytes of headers and visits at most
-``max_entries`` directory entries.
+scan; a scan reads at most ``max_header_bytes_per_scan`` bytes of headers, visits at most
+``max_entries`` directory entries and indexes at most ``max_models`` models holding at most
+``max_index_bytes`` in memory.
+
+What a scan holds in memory is bounded whatever the files say (issue 28 §1): each header is
+streamed (:mod:`.gguf_file`, :mod:`.safetensors_header`, :mod:`.json_stream`), so reading one
+costs about a megabyte of buffer and the reader's small records; a ``config.json`` is parsed
+only if the bound of what its parse allocates fits ``json_parse_budget``; the index's entries
+are held to ``max_index_bytes``; the parse cache keeps per-file totals and each index's shard
+names, not tensor lists; and each model's files must be read within ``read_timeout_s``.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -28,16 +39,19 @@ from typing import Any
 
 from service.estimator.checkpoint import MTP, TEXT, VISION, CheckpointWeights
 from service.estimator.errors import EstimatorError
+from service.estimator.memo import deep_size
 from service.estimator.model import Architecture, ParameterCounts, count_parameters, read_config
+from service.model_store.deadline import ReadTimeout
 from service.model_store.gguf_file import GgufError, quant_tag, read_gguf, split_part
+from service.model_store.json_stream import JsonBoundError, ObjectReader, loads_bounded
 from service.model_store.layout import ModelDir, WalkLimits, discover
-from service.model_store.safetensors_header import HeaderError, SafetensorsHeader, read_header
+from service.model_store.safetensors_header import HeaderError, tensor_entries
 
 __all__ = ["ScanLimits", "Skipped", "StoreEntry", "StoreIndex", "build_index", "root_paths"]
 
 log = logging.getLogger("service.model_store")
 
-_MAX_JSON_BYTES = 8 * 2**20  # config.json, model.safetensors.index.json
+_MAX_JSON_BYTES = 8 * 2**20  # config.json (the index.json is streamed)
 # GGUF files llama.cpp's `-hf` never takes for the model (common/download.cpp).
 _NOT_MODELS = ("mmproj", "imatrix", "mtp-", "eagle3-", "dflash-", "dspark-")
 _VISION_MARKERS = (
@@ -60,6 +74,13 @@ class ScanLimits:
     max_safetensors_header_bytes: int = 100_000_000
     max_gguf_metadata_bytes: int = 64 * 2**20
     max_header_bytes_per_scan: int = 2**30
+    max_models: int = 2000
+    # What the index's entries may hold in memory (their architectures and byte counts, as
+    # the estimator's cache measures objects): a catalog model's is 16 KiB at the median and
+    # 34 KiB at most, but a config may ask for 1024 layers.
+    max_index_bytes: int = 64 * 2**20
+    read_timeout_s: float = 10.0
+    json_parse_budget: int = 16 * 2**20
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,9 +132,18 @@ class _Scan:
     cache: dict[tuple[Any, ...], Any] = field(default_factory=dict)
     header_bytes: int = 0
     complete: bool = True
+    model_started: float = 0.0
+
+    def start_model(self) -> None:
+        self.model_started = time.monotonic()
+
+    def deadline(self) -> float:
+        """When the current model's files must have been read (time.monotonic())."""
+        return self.model_started + self.limits.read_timeout_s
 
     def cached(self, key: tuple[Any, ...], read: Any, cost: int) -> Any:
-        """The parse of ``key`` from the last scan, or ``read()`` if the budget allows."""
+        """The parse of ``key`` from the last scan, or ``read()`` if the budget allows. A
+        read past the deadline is not kept: the next scan tries it again."""
         if key in self.previous:
             self.cache[key] = self.previous[key]
             return self.cache[key]
@@ -122,7 +152,10 @@ class _Scan:
             raise _Budget
         try:
             value = read()
-        except (HeaderError, GgufError, OSError, ValueError) as exc:
+        except ReadTimeout as exc:
+            self.header_bytes += cost
+            return _Failed(str(exc), retry=True)
+        except (HeaderError, GgufError, JsonBoundError, OSError, ValueError) as exc:
             value = _Failed(str(exc))
         except Exception as exc:  # a hostile file must never stop the scan
             value = _Failed(f"unreadable ({type(exc).__name__}: {str(exc)[:200]})")
@@ -138,6 +171,7 @@ class _Budget(Exception):
 @dataclass(frozen=True, slots=True)
 class _Failed:
     reason: str
+    retry: bool = False  # past the read deadline: not kept, read again next scan
 
 
 def _key(path: Path) -> tuple[Any, ...]:
@@ -145,10 +179,21 @@ def _key(path: Path) -> tuple[Any, ...]:
     return (str(path), st.st_size, st.st_mtime_ns)
 
 
-def _read_json(path: Path) -> Any:
+def _read_json(path: Path, budget: int) -> Any:
     if path.stat().st_size > _MAX_JSON_BYTES:
         raise ValueError(f"larger than {_MAX_JSON_BYTES} bytes")
-    return json.loads(path.read_bytes())
+    return loads_bounded(path.read_bytes(), budget)
+
+
+def _safetensors_totals(
+    path: Path, cap: int, num_layers: int, deadline: float
+) -> tuple[tuple[str, int], ...]:
+    """Bytes per checkpoint component of one safetensors file, from its streamed header."""
+    totals: dict[str, int] = {}
+    for t in tensor_entries(path, cap, deadline):
+        c = _component(t.name, num_layers)
+        totals[c] = totals.get(c, 0) + t.nbytes
+    return tuple(sorted(totals.items()))
 
 
 def _component(name: str, num_layers: int) -> str:
@@ -163,42 +208,158 @@ def _component(name: str, num_layers: int) -> str:
     return TEXT
 
 
+@dataclass(frozen=True, slots=True)
+class _ShardIndex:
+    """``model.safetensors.index.json``: the checkpoint's total, and for each shard file it
+    lists the checkpoint components its tensors belong to (not the tensor names: a large
+    model's ``weight_map`` is megabytes)."""
+
+    total: int | None
+    shards: Mapping[str, frozenset[str]]  # shard file -> components of its tensors
+
+
+# Shard files one index may list (the largest public checkpoints have a few hundred), and the
+# length of a shard's name (NAME_MAX: a longer one cannot be a file of the directory).
+_MAX_SHARDS = 10_000
+_MAX_SHARD_NAME = 255
+
+
+def _read_shard_index(path: Path, num_layers: int, deadline: float) -> _ShardIndex:
+    """The index read member by member (:class:`ObjectReader`), its ``weight_map`` one pair
+    at a time, so what it holds is bounded by ``_MAX_SHARDS`` names whatever the file says.
+    A ``weight_map`` value that is not a shard file beside the index is ignored."""
+    total: Any = None
+    shards: dict[str, set[str]] = {}
+    with path.open("rb") as f:
+        reader = ObjectReader(f, path.stat().st_size, deadline=deadline)
+        for key in reader.members():
+            if key == "weight_map" and reader.peek() == "{":
+                for tensor, shard in reader.string_members():
+                    if not shard.endswith(".safetensors") or "/" in shard:
+                        continue
+                    if len(shard) > _MAX_SHARD_NAME:
+                        raise JsonBoundError(f"a shard name longer than {_MAX_SHARD_NAME}")
+                    kinds = shards.get(shard)
+                    if kinds is None:
+                        if len(shards) >= _MAX_SHARDS:
+                            raise JsonBoundError(f"more than {_MAX_SHARDS} shard files")
+                        kinds = shards[shard] = set()
+                    kinds.add(_component(tensor, num_layers))
+                continue
+            value = reader.value()
+            if key == "metadata":
+                total = value.get("total_size") if isinstance(value, dict) else None
+        reader.end()
+    if isinstance(total, str) and total.isdigit():
+        total = int(total)
+    if not isinstance(total, int) or isinstance(total, bool) or total < 0:
+        total = None
+    return _ShardIndex(total, MappingProxyType({k: frozenset(v) for k, v in shards.items()}))
+
+
+def _shard_index(
+    scan: _Scan, model: ModelDir, arch: Architecture, notes: list[str]
+) -> _ShardIndex | None:
+    path = model.files.get("model.safetensors.index.json")
+    if path is None:
+        return None
+    index = scan.cached(
+        ("idx", *_key(path), arch.num_layers),
+        lambda: _read_shard_index(path, arch.num_layers, scan.deadline()),
+        path.stat().st_size,
+    )
+    if isinstance(index, _Failed):
+        if index.retry:  # past the read deadline: the totals would be wrong, try next scan
+            raise _ModelSkip(f"model.safetensors.index.json: {index.reason}")
+        notes.append(f"model.safetensors.index.json unreadable ({index.reason}): ignored")
+        return None
+    assert isinstance(index, _ShardIndex)
+    return index
+
+
 def _safetensors_entry(
     scan: _Scan, model: ModelDir, arch: Architecture
 ) -> tuple[CheckpointWeights | None, list[str]]:
+    """The checkpoint's bytes by component: the headers of its shards, and for shards the
+    directory lacks (a partial download, a metadata-only copy) the index's ``total_size``
+    less the shards present. With an index, only the shards it lists are the transformers
+    checkpoint (``consolidated.safetensors`` beside them is another format of the same
+    weights)."""
     notes: list[str] = []
-    names = sorted(n for n in model.files if n.endswith(".safetensors") and "/" not in n)
-    if not names:
-        return None, ["no .safetensors files: weights from the config"]
+    shards = _shard_index(scan, model, arch, notes)
+    present = sorted(n for n in model.files if n.endswith(".safetensors") and "/" not in n)
+    listed = sorted(shards.shards) if shards and shards.shards else None
+    if listed is not None:
+        others = [n for n in present if n not in listed]
+        if others:
+            notes.append(
+                f"{', '.join(others[:3])} not listed in model.safetensors.index.json: not counted "
+                "(another packaging of the weights)"
+            )
+        present = [n for n in present if n in listed]
+    total = shards.total if shards else None
+    if not present and total is None:
+        return None, [*notes, "no .safetensors files: weights from the config"]
     components: dict[str, int] = {}
-    for name in names:
+    cap = scan.limits.max_safetensors_header_bytes
+    for name in present:
         path = model.files[name]
-        cost = min(path.stat().st_size, scan.limits.max_safetensors_header_bytes + 8)
-        cap = scan.limits.max_safetensors_header_bytes
-        header = scan.cached(("st", *_key(path)), lambda p=path, c=cap: read_header(p, c), cost)
-        if isinstance(header, _Failed):
-            raise _ModelSkip(f"{name}: {header.reason}")
-        assert isinstance(header, SafetensorsHeader)
-        for t in header.tensors:
-            c = _component(t.name, arch.num_layers)
-            components[c] = components.get(c, 0) + t.nbytes
-    index_total = None
-    index_path = model.files.get("model.safetensors.index.json")
-    if index_path is not None:
-        try:
-            doc = _read_json(index_path)
-            total = doc.get("metadata", {}).get("total_size") if isinstance(doc, dict) else None
-            index_total = int(total) if isinstance(total, int | float | str) else None
-        except (OSError, ValueError, AttributeError):
-            notes.append("model.safetensors.index.json unreadable: ignored")
+        cost = min(path.stat().st_size, cap + 8)
+        totals = scan.cached(
+            ("st", *_key(path), arch.num_layers),
+            lambda p=path: _safetensors_totals(p, cap, arch.num_layers, scan.deadline()),
+            cost,
+        )
+        if isinstance(totals, _Failed):
+            raise _ModelSkip(f"{name}: {totals.reason}")
+        for c, nbytes in totals:
+            components[c] = components.get(c, 0) + nbytes
     header_total = sum(components.values())
-    if index_total is not None and index_total != header_total:
+    missing = [n for n in listed or () if n not in present]
+    if total is not None and (missing or not present):
+        _add_missing_shards(components, shards, missing, total, header_total, arch, notes)
+    elif total is not None and total != header_total:
         notes.append(
-            f"model.safetensors.index.json gives total_size {index_total} bytes, the headers "
+            f"model.safetensors.index.json gives total_size {total} bytes, the headers "
             f"{header_total}: the headers are used"
         )
     checkpoint = CheckpointWeights("safetensors", tuple(sorted(components.items())))
     return checkpoint, notes
+
+
+def _add_missing_shards(
+    components: dict[str, int],
+    shards: _ShardIndex | None,
+    missing: list[str],
+    total: int,
+    header_total: int,
+    arch: Architecture,
+    notes: list[str],
+) -> None:
+    """The bytes of the shards the directory lacks, from the index's ``total_size``, under
+    the component their tensors belong to (by the index's ``weight_map``)."""
+    rest = total - header_total
+    if rest < 0:
+        notes.append(
+            f"model.safetensors.index.json gives total_size {total} bytes, less than the "
+            f"headers present ({header_total}): the headers are used"
+        )
+        return
+    kinds = {k for f in missing for k in (shards.shards[f] if shards else ())} or {TEXT}
+    target = next(iter(kinds)) if len(kinds) == 1 else TEXT
+    components[target] = components.get(target, 0) + rest
+    what = (
+        f"{len(missing)} shard(s) listed in it are not in the directory"
+        if missing
+        else ("no shard is in the directory")
+    )
+    note = (
+        f"weights from model.safetensors.index.json: {what}; their {rest} bytes taken from "
+        f"its metadata.total_size ({total} bytes in all)"
+    )
+    if len(kinds) > 1:
+        note += f" and counted as {TEXT} (they hold {', '.join(sorted(kinds))} tensors)"
+    notes.append(note)
 
 
 class _ModelSkip(Exception):
@@ -232,16 +393,25 @@ def _entries_of(
     return out
 
 
-def _hf_entry(scan: _Scan, model: ModelDir, root_index: int, config_path: Path) -> StoreEntry:
-    config = scan.cached(("json", *_key(config_path)), lambda: _read_json(config_path), 0)
-    if isinstance(config, _Failed):
-        raise _ModelSkip(f"config.json is not JSON: {config.reason}")
-    if not isinstance(config, dict):
-        raise _ModelSkip("config.json is not a JSON object")
+def _architecture(path: Path, budget: int) -> Architecture:
+    """The architecture a ``config.json`` describes (its parsed JSON is not kept)."""
     try:
-        arch = read_config(config)
+        config = _read_json(path, budget)
+    except (ValueError, OSError) as exc:
+        raise ValueError(f"config.json is not JSON: {exc}") from None
+    if not isinstance(config, dict):
+        raise ValueError("config.json is not a JSON object")
+    try:
+        return read_config(config)
     except EstimatorError as exc:
-        raise _ModelSkip(f"config.json: {exc.detail}") from None
+        raise ValueError(f"config.json: {exc.detail}") from None
+
+
+def _hf_entry(scan: _Scan, model: ModelDir, root_index: int, config_path: Path) -> StoreEntry:
+    budget = scan.limits.json_parse_budget
+    arch = scan.cached(("arch", *_key(config_path)), lambda: _architecture(config_path, budget), 0)
+    if isinstance(arch, _Failed):
+        raise _ModelSkip(arch.reason)
     checkpoint, notes = _safetensors_entry(scan, model, arch)
     return StoreEntry(
         id=model.id,
@@ -266,7 +436,7 @@ def _gguf_entry(
     key = ("gguf", *(k for p in paths for k in _key(p)))
     cap = scan.limits.max_gguf_metadata_bytes
     cost = min(sum(p.stat().st_size for p in paths), cap * len(paths))
-    read = scan.cached(key, lambda: read_gguf(paths, cap), cost)
+    read = scan.cached(key, lambda: read_gguf(paths, cap, scan.deadline()), cost)
     if isinstance(read, _Failed):
         raise _ModelSkip(read.reason)
     tag = quant_tag(stem.rsplit("/", 1)[-1]) or read.file_type or stem.rsplit("/", 1)[-1]
@@ -307,6 +477,8 @@ def build_index(
     scan = _Scan(limits, previous_cache or {})
     entries: dict[str, StoreEntry] = {}
     skipped: list[Skipped] = []
+    index_bytes = 0
+    budget_spent = False  # from then on, models are skipped unread
     for root_index, root in enumerate(roots):
         if not root.is_dir():
             skipped.append(Skipped(root_index, ".", "not a directory"))
@@ -319,6 +491,16 @@ def build_index(
             )
         skipped.extend(Skipped(root_index, s.path, s.reason) for s in skips)
         for model in models:
+            if len(entries) >= limits.max_models or budget_spent:
+                scan.complete = False
+                why = (
+                    f"the index's memory budget ({limits.max_index_bytes} bytes) is spent"
+                    if budget_spent
+                    else f"model limit ({limits.max_models}) reached"
+                )
+                skipped.append(Skipped(root_index, model.path, why))
+                continue
+            scan.start_model()
             try:
                 found = _entries_of(scan, model, root_index, skipped)
             except _Budget:
@@ -340,6 +522,19 @@ def build_index(
                         )
                     )
                     continue
+                size = deep_size(entry)
+                if index_bytes + size > limits.max_index_bytes:
+                    scan.complete = False
+                    budget_spent = True
+                    skipped.append(
+                        Skipped(
+                            root_index,
+                            entry.path,
+                            f"the index's memory budget ({limits.max_index_bytes} bytes) is spent",
+                        )
+                    )
+                    continue
+                index_bytes += size
                 entries[key] = entry
     for s in skipped:
         if previous is None or s not in previous.skipped:

@@ -10,7 +10,6 @@ searches), which is the same decision `fit.fits` reports.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -21,28 +20,35 @@ from pydantic import ValidationError
 from service.application.convert import inference_request
 from service.application.estimate_service import Catalogs, run_estimate
 from service.application.metrics import Metrics
-from service.application.resolve import ad_hoc_gpu, resolve_gpu, resolve_model
+from service.application.resolve import (
+    ad_hoc_gpu,
+    resolve_gpu,
+    resolve_model,
+    resolve_speculative,
+)
 from service.estimator import memo
-from service.estimator.answer import ModelSpec
-from service.estimator.errors import EstimatorError
+from service.estimator.answer import ModelSpec, judge_inference
+from service.estimator.engines import get_engine
+from service.estimator.errors import EstimatorError, NotFound
 from service.estimator.gpu import GpuSpec
 from service.estimator.inference import InferenceRequest
-from service.estimator.inference.evaluate import check_length
-from service.estimator.inference.request import resolved, setup_for, validate_workload
-from service.estimator.inference.verdict import Verdict, judge
+from service.estimator.inference.verdict import Verdict
 from service.estimator.result import FitReason
 from service.scheduling.plan import Plan
 from service.schemas.estimates import EstimateResponse, InferenceRequestBody
 from service.workloads.sources import ReadProblem
 
 __all__ = [
+    "POD_GPU_FIX",
     "Check",
     "GpuVerdict",
     "Prepared",
     "VerdictName",
     "check_plan",
+    "in_flags",
     "judge_on",
     "prepare",
+    "unknown_gpu",
 ]
 
 VerdictName = Literal["fits", "does_not_fit", "fits_some", "will_not_start", "unknown"]
@@ -83,7 +89,7 @@ class Check:
 
     @property
     def verdict(self) -> VerdictName:
-        if self.plan.problems:
+        if self.plan.problems or any(v.reason is FitReason.TOO_FEW_GPUS for v in self.gpu_verdicts):
             return "will_not_start"
         judged = [v for v in self.gpu_verdicts if v.reason is not None]
         if not judged:
@@ -119,8 +125,52 @@ def _field_source(plan: Plan, field: str | None) -> str:
     return plan.sources.get(head, field)
 
 
+# What a Pod's author is told where the estimate's own advice names a request field.
+_POD_MODEL_UNKNOWN = (
+    "name a catalog model (GET /v1/models), or have the service's operator add its files to "
+    "the model store"
+)
+POD_GPU_FIX = "pin a product GET /v1/gpus lists as k8s_product_label"
+
+
+def in_flags(plan: Plan, exc: EstimatorError) -> str:
+    """The estimator's refusal with the request field it names spelled as the engine's flag
+    that set it (``tensor_parallel_size 4 does not divide`` -> ``--tensor-parallel-size 4
+    ...``): the words a Pod's author finds in the Pod."""
+    field = (exc.field or "").removeprefix("engine_options.")
+    if not field or field not in exc.detail:
+        return exc.detail
+    for option in get_engine(plan.engine.value).declared:
+        if option.flag and (option.field == field or option.name == field):
+            return exc.detail.replace(field, option.flag)
+    return exc.detail
+
+
 def _problem(plan: Plan, exc: EstimatorError) -> ReadProblem:
-    return ReadProblem(_field_source(plan, exc.field), exc.detail)
+    """The estimator's refusal, read where its value came from. A model it cannot find gets
+    the Pod's way to name one, since the estimate's advice (a posted ``hf_config``) is a
+    field no Pod sets."""
+    source = _field_source(plan, exc.field)
+    if isinstance(exc, NotFound) and exc.field == "model":
+        name = plan.model.value if plan.model else "the model"
+        return ReadProblem(
+            source,
+            exc.detail,
+            pod_detail=f"model {name!r} is not in the service's catalog or model store",
+            pod_fix=_POD_MODEL_UNKNOWN,
+        )
+    return ReadProblem(source, exc.detail, pod_detail=in_flags(plan, exc))
+
+
+def unknown_gpu(source: str, ref: str, exc: EstimatorError) -> ReadProblem:
+    """A pinned GPU product the catalog does not know, with the fix for each audience."""
+    return ReadProblem(
+        source,
+        exc.detail,
+        "give the GPU's memory as `gpu_memory_bytes` (nvidia.com/gpu.memory MiB × 2^20)",
+        pod_detail=f"GPU product {ref!r} is not in the service's catalog",
+        pod_fix=POD_GPU_FIX,
+    )
 
 
 def prepare(plan: Plan, catalogs: Catalogs) -> Prepared | ReadProblem:
@@ -134,31 +184,23 @@ def prepare(plan: Plan, catalogs: Catalogs) -> Prepared | ReadProblem:
         return ReadProblem(_field_source(plan, field), str(first.get("msg", "invalid value")))
     try:
         model = resolve_model(body, catalogs.models, catalogs.store)
-        return Prepared(plan, body, model, inference_request(body))
+        speculative = resolve_speculative(body.speculative, catalogs.models, catalogs.store)
+        return Prepared(plan, body, model, inference_request(body, speculative))
     except EstimatorError as exc:
         return _problem(plan, exc)
 
 
 def judge_on(prepared: Prepared, gpu: GpuSpec) -> Verdict:
-    """The estimator's verdict on ``gpu`` at the plan's layout (raises EstimatorError)."""
-    req = dataclasses.replace(
-        prepared.request,
-        architecture=prepared.model.architecture,
-        gpu_memory_bytes=gpu.total_bytes,
-        gpu=gpu,
-    )
-    req = resolved(req)
-    validate_workload(req)
-    setup = setup_for(req)
-    check_length(setup, req.seq_len)
-    return judge(req, setup, gpu.total_bytes)
+    """The estimator's verdict on ``gpu`` with the GPUs the plan gives its layout: the
+    judgement the estimate's ``fit.fits`` is (raises EstimatorError)."""
+    return judge_inference(prepared.model, prepared.request, gpu, prepared.plan.gpus_given)
 
 
 def verdict_on(prepared: Prepared, ref: str, gpu: GpuSpec) -> GpuVerdict:
     try:
         found = judge_on(prepared, gpu)
     except EstimatorError as exc:
-        return GpuVerdict(ref, False, None, exc.detail)
+        return GpuVerdict(ref, False, None, in_flags(prepared.plan, exc))
     return GpuVerdict(ref, found.fits, found.reason, found.detail, found.usable, found.required)
 
 
@@ -239,14 +281,11 @@ def check_plan(
         try:
             specs.append((ref, resolve_gpu(catalogs.gpus, ref)))
         except EstimatorError as exc:
-            problems.append(
-                ReadProblem(
-                    plan.gpu_source or "gpu",
-                    exc.detail,
-                    "give the GPU's memory as `gpu_memory_bytes` (nvidia.com/gpu.memory MiB × "
-                    "2^20)",
-                )
-            )
+            if memory_bytes is not None:
+                # The request gives the memory of a product the catalog does not know.
+                specs.append((ref, ad_hoc_gpu(memory_bytes)))
+                continue
+            problems.append(unknown_gpu(plan.gpu_source or "gpu", ref, exc))
             verdicts.append(GpuVerdict(ref, False, None, exc.detail))
     if not plan.gpu_refs and memory_bytes is not None:
         specs.append((f"memory:{memory_bytes}", ad_hoc_gpu(memory_bytes)))
@@ -254,8 +293,8 @@ def check_plan(
     estimate: EstimateResponse | None = None
     body = plan.with_gpu()
     if len(specs) == 1:
-        ref = specs[0][0]
-        memory = ref.startswith("memory:")
+        ref, spec = specs[0]
+        memory = spec.ref.startswith("memory:")
         body = plan.with_gpu(memory_bytes=memory_bytes) if memory else plan.with_gpu(ref)
     if with_estimate:
         try:

@@ -7,22 +7,26 @@ the pod is pinned to. The body is kept as plain JSON so that a caller can post i
 get the same verdict; every field says where it was read (an argv position, a container
 field, the engine's default).
 
-Which estimate field each engine flag sets is a table (`_TARGETS`), one row per option of
-`service.workloads.engine_flags`. Options the estimator does not price (LoRA adapters,
-``--kv-cache-memory-bytes``, ``--cpu-offload-gb``, expert parallelism, SGLang's token caps)
-are reported as read and "not priced", never dropped silently.
+What each engine flag sets is read from the engine's own declaration of the option
+(``Option.role`` in ``service/estimator/engines/<engine>_options.py``, the same table the flag
+reader and the API schema derive from): an engine option of the estimate, a request field, a
+JSON object whose keys set some of those, or nothing (with the reason). Options the estimator
+does not price are reported as read and "not priced", never dropped silently.
 
 Plain Python: no HTTP types; the catalogs are asked only for names.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from service.estimator.engines import all_options, get_engine
+from service.estimator.engines.base import Option
+from service.estimator.speculative import speculative_method
 from service.workloads.commands import EngineCommand
 from service.workloads.engine_flags import OptionValue
 from service.workloads.gpus import GpuRequest, mig_profile_nvml_name
@@ -31,6 +35,7 @@ from service.workloads.models import ModelRef
 from service.workloads.sources import ReadProblem, Sourced
 
 __all__ = [
+    "POD_MODEL_FIX",
     "OptionReading",
     "Plan",
     "engine_version",
@@ -40,61 +45,19 @@ __all__ = [
     "plan_workload",
 ]
 
-Target = Literal["field", "engine_option", "data_parallel", "not_priced", "no_memory_effect"]
+# What a Pod's author does when the service cannot tell the model from the Pod (a path, a
+# storage URI, an unexpanded variable): vLLM and SGLang take a Hugging Face id and load it
+# from a mounted Hugging Face cache (HF_HOME) without downloading under HF_HUB_OFFLINE=1.
+POD_MODEL_FIX = (
+    "name it by its Hugging Face id; with HF_HOME on the volume and HF_HUB_OFFLINE=1 the "
+    "engine loads it from there"
+)
 
-# Engine option -> (where it goes in the estimate body, the body's name for it).
-_TARGETS: Mapping[str, Mapping[str, tuple[Target, str]]] = {
-    "vllm": {
-        "tensor_parallel_size": ("field", "tensor_parallel_size"),
-        "pipeline_parallel_size": ("field", "pipeline_parallel_size"),
-        "data_parallel_size": ("data_parallel", "data_parallel_size"),
-        "max_model_len": ("engine_option", "max_model_len"),
-        "gpu_memory_utilization": ("engine_option", "gpu_memory_utilization"),
-        "max_num_seqs": ("engine_option", "max_num_seqs"),
-        "max_num_batched_tokens": ("engine_option", "max_num_batched_tokens"),
-        "block_size": ("engine_option", "block_size"),
-        "enforce_eager": ("engine_option", "enforce_eager"),
-        "dtype": ("engine_option", "dtype"),
-        "kv_cache_dtype": ("field", "kv_cache_dtype"),
-        "quantization": ("field", "weight_format"),
-        "kv_cache_memory_bytes": ("not_priced", "a fixed KV-cache size instead of the budget"),
-        "cpu_offload_gb": ("not_priced", "weights offloaded to CPU memory (GPU figure is high)"),
-        "enable_lora": ("not_priced", "LoRA adapter slots (GPU figure is low)"),
-        "max_loras": ("not_priced", "LoRA adapter slots (GPU figure is low)"),
-        "max_lora_rank": ("not_priced", "LoRA adapter slots (GPU figure is low)"),
-        "enable_expert_parallel": ("not_priced", "experts sharded by expert parallelism"),
-        "allow_long_max_model_len": ("not_priced", "a context beyond the model's derived one"),
-        "served_model_name": ("no_memory_effect", ""),
-        "trust_remote_code": ("no_memory_effect", ""),
-    },
-    "sglang": {
-        "tp_size": ("field", "tensor_parallel_size"),
-        "pp_size": ("field", "pipeline_parallel_size"),
-        "dp_size": ("data_parallel", "data_parallel_size"),
-        "context_length": ("engine_option", "context_length"),
-        "mem_fraction_static": ("engine_option", "mem_fraction_static"),
-        "chunked_prefill_size": ("engine_option", "chunked_prefill_size"),
-        "max_running_requests": ("engine_option", "max_running_requests"),
-        "dtype": ("engine_option", "dtype"),
-        "kv_cache_dtype": ("field", "kv_cache_dtype"),
-        "quantization": ("field", "weight_format"),
-        "ep_size": ("not_priced", "experts sharded by expert parallelism"),
-        "max_total_tokens": ("not_priced", "a cap on the KV pool's tokens"),
-        "max_prefill_tokens": ("not_priced", "a cap on prefill tokens per step"),
-        "page_size": ("not_priced", "KV pages of several tokens"),
-        "enable_lora": ("not_priced", "LoRA adapter slots (GPU figure is low)"),
-        "max_lora_rank": ("not_priced", "LoRA adapter slots (GPU figure is low)"),
-        "max_loras_per_batch": ("not_priced", "LoRA adapter slots (GPU figure is low)"),
-        "cpu_offload_gb": ("not_priced", "weights offloaded to CPU memory (GPU figure is high)"),
-        "allow_overwrite_longer_context_len": (
-            "not_priced",
-            "a context beyond the model's derived one",
-        ),
-        "served_model_name": ("no_memory_effect", ""),
-        "trust_remote_code": ("no_memory_effect", ""),
-    },
+# What the estimate does with options read that no engine declares (environment switches).
+_ENV_NOTES: Mapping[str, str] = {
+    "allow_long_max_model_len": "a context beyond the model's derived one",
+    "allow_overwrite_longer_context_len": "a context beyond the model's derived one",
 }
-
 # Engine words for a KV-cache dtype -> the estimate's `kv_cache_dtype` (vLLM CacheDType,
 # SGLang --kv-cache-dtype choices); a word not here is reported as not priced.
 _KV_CACHE_DTYPES = {
@@ -142,6 +105,9 @@ class OptionReading:
     source: str
     priced: bool
     note: str = ""
+    # False for an option the engine declares without memory effect (``inert``): not
+    # priced, and nothing to price.
+    affects_memory: bool = True
 
     def as_json(self) -> dict[str, Any]:
         value = list(self.value) if isinstance(self.value, tuple) else self.value
@@ -182,11 +148,20 @@ class Plan:
     problems: tuple[ReadProblem, ...] = ()
     """Reasons the engine would not start that are not about memory (too few GPUs)."""
     ignored: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+    short_gpus: int | None = None
+    """GPUs the whole deployment gets when its pods request fewer than the layout uses."""
 
     @property
     def engine_gpus(self) -> int:
         """GPUs the engine's layout uses: TP × PP × DP."""
         return self.tensor * self.pipeline * self.data
+
+    @property
+    def gpus_given(self) -> int:
+        """GPUs the deployment gets: the layout's, or fewer when its pods request fewer than
+        their ranks use (the estimate then finds ``too_few_gpus``)."""
+        short = self.short_gpus
+        return self.engine_gpus if short is None else short
 
     def with_gpu(self, ref: str | None = None, memory_bytes: int | None = None) -> dict[str, Any]:
         """The estimate body judged on ``ref`` (or a GPU of ``memory_bytes``) at the engine's
@@ -198,7 +173,7 @@ class Plan:
             body["gpu_memory_bytes"] = memory_bytes
         else:
             return body
-        body["gpu_count"] = self.engine_gpus
+        body["gpu_count"] = self.gpus_given
         return body
 
 
@@ -218,39 +193,125 @@ def _version_option(engine: str) -> bool:
     return found is not None and engine in found[1]
 
 
-def _option_value(
-    engine: str, name: str, value: OptionValue, target: tuple[Target, str]
-) -> tuple[Target, str, OptionValue, str]:
-    """(target kind, body name, body value, note) of one option read."""
-    kind, name_or_note = target
-    if kind in ("not_priced", "no_memory_effect"):
-        return kind, "", value, name_or_note
-    if kind == "engine_option" and name_or_note not in get_engine(engine).option_table():
-        return "not_priced", "", value, f"the {engine} model has no {name_or_note} option"
-    if name_or_note == "kv_cache_dtype":
+def _mapped(name: str, value: OptionValue) -> tuple[OptionValue | None, str]:
+    """A request field's value from the engine's word for it (None: not modelled, and why)."""
+    if name == "kv_cache_dtype":
         mapped = kv_cache_dtype_of(str(value))
-        if mapped is None:
-            return "not_priced", "", value, f"KV-cache dtype {value!r} is not modelled"
-        return kind, name_or_note, mapped, ""
-    if name_or_note == "weight_format":
+        return mapped, "" if mapped else f"KV-cache dtype {value!r} is not modelled"
+    if name == "weight_format":
         online = online_weight_format(str(value))
-        if online is None:
-            return (
-                "not_priced",
-                "",
-                value,
-                "the checkpoint's own quantization_config gives the weight format",
-            )
-        return kind, name_or_note, online, ""
-    if name == "max_model_len" and value == -1:
-        return (
-            "not_priced",
-            "",
-            value,
-            "auto: vLLM picks the longest context that fits; judged at the model's derived "
-            "maximum, fit.max_sequence_length is the length it would pick",
+        return online, "" if online else (
+            "the checkpoint's own quantization_config gives the weight format"
         )
-    return kind, name_or_note, value, ""
+    if name == "speculative.method":
+        method = speculative_method(str(value))
+        return method, "" if method else f"speculative method {value!r} is not modelled"
+    return value, ""
+
+
+def _number_text(value: Any) -> Any:
+    """A JSON string that spells a number as the number (vLLM's pydantic configs coerce
+    ``"num_redundant_experts": "32"``)."""
+    if not isinstance(value, str):
+        return value
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            continue
+    return value
+
+
+def _json_targets(option: Option, text: str) -> list[tuple[str, OptionValue]]:
+    """What a JSON-valued flag sets: each declared key found, scaled, to its target."""
+    obj = json.loads(text)
+    out: list[tuple[str, OptionValue]] = []
+    for path, target, factor in option.json_keys:
+        value: Any = obj
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
+        if value is None or isinstance(value, dict | list):
+            continue
+        value = _number_text(value)
+        if factor != 1 and isinstance(value, int | float) and not isinstance(value, bool):
+            value = int(value * factor)
+        out.append((target, value))
+    if option.field == "speculative" and not any(t == "speculative.method" for t, _ in out):
+        model = obj.get("model")
+        out.append(("speculative.method", str(model) if isinstance(model, str) else "ngram"))
+    return out
+
+
+@dataclass
+class _Body:
+    """The estimate body being built from options read, with where each value came from."""
+
+    body: dict[str, Any]
+    sources: dict[str, str]
+    engine_options: dict[str, Any] = field(default_factory=dict)
+
+    def set(self, target: str, value: OptionValue, source: str) -> None:
+        head, _, key = target.partition(".")
+        if head == "speculative" and key:
+            self.body.setdefault("speculative", {})[key] = value
+            self.sources[target] = source
+        elif head in ("field", "body"):
+            self.body[key] = value
+            self.sources[key] = source
+        else:
+            self.engine_options[target] = value
+            self.sources[f"engine_options.{target}"] = source
+
+
+def _read_option(
+    engine: str, name: str, value: OptionValue, source: str, out: _Body
+) -> OptionReading:
+    """Apply one option read to the body by its declaration, and say what was done."""
+    declared = {o.name: o for o in get_engine(engine).declared}
+    option = declared.get(name)
+    if option is None:
+        note = _ENV_NOTES.get(name, "not modelled by the estimator")
+        return OptionReading(name, value, source, False, note)
+    if option.role == "inert":
+        return OptionReading(
+            name, value, source, False, option.note or "no memory effect", affects_memory=False
+        )
+    if option.role == "unpriced":
+        return OptionReading(name, value, source, False, option.note)
+    if option.cli_kind == "json":
+        targets = _json_targets(option, str(value))
+        for target, item in targets:
+            mapped, why = _mapped(target, item)
+            if mapped is None:
+                return OptionReading(name, value, source, False, why)
+            out.set(target, mapped, source)
+        read = ", ".join(t for t, _ in targets) or "nothing the estimate prices"
+        return OptionReading(name, value, source, bool(targets), f"sets {read}")
+    if option.role == "option":
+        if name == "max_model_len" and value == -1:
+            return OptionReading(
+                name,
+                value,
+                source,
+                False,
+                "auto: vLLM picks the longest context that fits; judged at the model's derived "
+                "maximum, fit.max_sequence_length is the length it would pick",
+            )
+        out.set(name, value, source)
+        if option.priced_values and value not in option.priced_values:
+            return OptionReading(
+                name, value, source, False, f"{value}: its buffers are not priced (they add memory)"
+            )
+        return OptionReading(name, value, source, True)
+    assert option.field is not None
+    if option.field == "model":
+        return OptionReading(name, value, source, True, "the model")
+    mapped, why = _mapped(option.field, value)
+    if mapped is None:
+        return OptionReading(name, value, source, False, why)
+    target = option.field if "." in option.field else f"field.{option.field}"
+    out.set(target, mapped, source)
+    return OptionReading(name, value, source, True)
 
 
 def _model(
@@ -263,6 +324,7 @@ def _model(
             "model",
             "the workload names no model",
             "give the model in the command line, or `model` in the request",
+            pod_fix=POD_MODEL_FIX,
         )
     if ref.repo_id is not None:
         return Sourced(ref.repo_id, ref.source), None
@@ -270,6 +332,7 @@ def _model(
         ref.source,
         f"the model is given as {ref.given!r} ({ref.scheme}), which does not say which model it is",
         "give the Hugging Face id as `model` in the request",
+        pod_fix=POD_MODEL_FIX,
     )
 
 
@@ -314,23 +377,15 @@ def plan_command(
         return None, model_problem
     body: dict[str, Any] = {"model": model.value, "engine": engine}
     sources: dict[str, str] = {"model": model.source, "engine": command.entrypoint_source}
-    engine_options: dict[str, Any] = {}
-    readings: list[OptionReading] = []
-    table = _TARGETS[engine]
-    data = 1
-    for name, read in command.options.items():
-        target = table.get(name, ("not_priced", "not modelled by the estimator"))
-        kind, body_name, value, note = _option_value(engine, name, read.value, target)
-        priced = kind in ("field", "engine_option", "data_parallel")
-        readings.append(OptionReading(name, read.value, read.source, priced, note))
-        if kind == "field":
-            body[body_name] = value
-            sources[body_name] = read.source
-        elif kind == "engine_option":
-            engine_options[body_name] = value
-            sources[f"engine_options.{body_name}"] = read.source
-        elif kind == "data_parallel" and isinstance(value, int):
-            data = value
+    built = _Body(body, sources)
+    readings = [
+        _read_option(engine, name, read.value, read.source, built)
+        for name, read in command.options.items()
+    ]
+    engine_options = built.engine_options
+    layout = get_engine(engine).command_layout(body, engine_options)
+    body.update(layout)
+    local = command.options.get("data_parallel_size_local")
     notes: list[str] = list(command.notes)
     version: Sourced[str] | None = None
     if image is not None:
@@ -349,6 +404,8 @@ def plan_command(
         body["engine_options"] = engine_options
     tensor = int(body.get("tensor_parallel_size", 1))
     pipeline = int(body.get("pipeline_parallel_size", 1))
+    data = int(body.get("data_parallel_size", 1))
+    data_local = int(local.value) if local is not None and isinstance(local.value, int) else data
 
     request = workload.gpus if workload is not None else None
     requested: Sourced[int] | None = None
@@ -370,18 +427,28 @@ def plan_command(
             "GPU (time-slicing isolates no memory)"
         )
     problems: list[ReadProblem] = []
-    needed = tensor * pipeline * data
+    # A deployment whose data-parallel ranks span pods (--data-parallel-size-local) needs the
+    # local ranks' GPUs in each pod; the estimate judges all of them.
+    needed = tensor * pipeline * data_local
+    if data_local != data:
+        notes.append(
+            f"{data_local} of the {data} data-parallel ranks run in this pod "
+            "(--data-parallel-size-local); the estimate judges all of them"
+        )
+    short_gpus: int | None = None
     if requested is not None:
         if requested.value < needed:
+            # Each pod of the deployment holds data_local of its data ranks.
+            short_gpus = max(1, requested.value * data // max(1, data_local))
             problems.append(
                 ReadProblem(
                     requested.source,
                     f"{requested.value} GPU(s) given, but the engine's layout (TP {tensor} × "
-                    f"PP {pipeline} × DP {data}) needs {needed}: it will not start",
-                    f"request {needed} GPUs or lower the parallel sizes",
+                    f"PP {pipeline} × DP {data_local}) needs {needed}: it will not start",
+                    f"set {requested.source} to {needed}, or lower the engine's parallel sizes",
                 )
             )
-        elif requested.value > needed:
+        elif requested.value > needed and requested.value != tensor * pipeline * data:
             notes.append(
                 f"{requested.value} GPUs given; the engine's layout (TP {tensor} × PP {pipeline}"
                 f" × DP {data}) uses {needed}: set --tensor-parallel-size (or the data-parallel "
@@ -389,6 +456,13 @@ def plan_command(
             )
     if workload is not None:
         notes += workload.notes
+        limit = workload.memory_limit
+        if limit is not None:
+            pods = max(1, workload.pods_per_group.value)
+            body["host_memory_bytes"] = limit.value * pods
+            sources["host_memory_bytes"] = (
+                limit.source if pods == 1 else f"{limit.source} × {pods} pods of the group"
+            )
     return (
         Plan(
             engine=Sourced(engine, command.entrypoint_source),
@@ -408,6 +482,7 @@ def plan_command(
             notes=tuple(dict.fromkeys(notes)),
             problems=tuple(problems),
             ignored=tuple((arg.text, arg.source) for arg in command.ignored_args),
+            short_gpus=short_gpus,
         ),
         None,
     )

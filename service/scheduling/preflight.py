@@ -3,12 +3,15 @@ each serving container with what was read, where from, the estimate and the verd
 
 Input that names no serving engine, a model the service cannot name, or a flag value the
 engine would refuse raises `WorkloadUnreadable` (a 422 problem document naming the field);
-a GPU product the catalog does not know stays inside the result (`problems`), next to the
-estimate without a fit.
+so does an object with more serving containers than the limit table allows
+(service/schemas/limits.py). A GPU product the catalog does not know stays inside the result
+(`problems`), next to the estimate without a fit. Each container's check starts with a
+`checkpoint()`: past the request's deadline the work stops there.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -16,19 +19,24 @@ from typing import Any
 
 from service.application.estimate_service import Catalogs
 from service.application.metrics import Metrics
+from service.estimator.cancel import checkpoint
 from service.estimator.errors import InvalidRequest
 from service.scheduling.check import Check, as_json, check_plan
 from service.scheduling.plan import Plan, plan_command, plan_workload
+from service.scheduling.training import training_preflight
+from service.schemas.limits import LIMITS, OverLimits
 from service.workloads.commands import parse_command
 from service.workloads.kubernetes import ServingWorkload, WorkloadReading, read_workloads
 from service.workloads.sources import ReadProblem, Sourced, WorkloadError
 
 __all__ = [
+    "ObjectOverLimits",
     "Overrides",
     "WorkloadUnreadable",
     "image_at",
     "plans_for_object",
     "preflight",
+    "with_overrides",
 ]
 
 _STEP = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
@@ -46,6 +54,16 @@ class WorkloadUnreadable(InvalidRequest):
         super().__init__(detail, field=_field(prefix, first.field))
 
 
+class ObjectOverLimits(WorkloadUnreadable):
+    """An object with more serving containers than the limit table allows."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(
+            [ReadProblem("object", detail, "check fewer containers at a time")], "object"
+        )
+        self.detail_text = detail
+
+
 def _field(prefix: str, source: str) -> str:
     if prefix == "object":
         return f"object.{source}" if source not in ("object", "body") else "object"
@@ -54,12 +72,46 @@ def _field(prefix: str, source: str) -> str:
 
 @dataclass(frozen=True)
 class Overrides:
-    """What the request adds where the workload does not say."""
+    """What the request adds where the workload does not say: what the estimate endpoint
+    takes for the model (a catalog id or a posted config, a weight format) and the GPU."""
 
     model: str | None = None
     gpu: str | None = None
     gpu_memory_bytes: int | None = None
     gpu_count: int | None = None
+    hf_config: Mapping[str, Any] | None = None
+    weight_format: str | None = None
+
+
+def with_overrides(plan: Plan, overrides: Overrides) -> Plan:
+    """``plan`` with the request's model config and weight format: a posted ``hf_config``
+    replaces the model the workload names (its name labels the config when it has none); a
+    ``weight_format`` fills in where the workload's flags set none."""
+    body = dict(plan.body)
+    sources = dict(plan.sources)
+    notes = list(plan.notes)
+    if overrides.hf_config is not None:
+        config = dict(overrides.hf_config)
+        name = body.pop("model", None)
+        if isinstance(name, str) and not config.get("_name_or_path"):
+            config["_name_or_path"] = name  # what transformers records, for the summary
+        body["hf_config"] = config
+        sources.pop("model", None)
+        sources["hf_config"] = "request hf_config"
+        notes.append(f"the model{f' {name}' if name else ''} priced from the posted hf_config")
+    if overrides.weight_format is not None:
+        own = body.get("weight_format")
+        if own is None:
+            body["weight_format"] = overrides.weight_format
+            sources["weight_format"] = "request weight_format"
+        elif own != overrides.weight_format:
+            notes.append(
+                f"the request's weight_format {overrides.weight_format} is not used: the "
+                f"workload sets {own} ({sources.get('weight_format', 'its flags')})"
+            )
+    if body == plan.body and notes == list(plan.notes):
+        return plan
+    return dataclasses.replace(plan, body=body, sources=sources, notes=tuple(dict.fromkeys(notes)))
 
 
 def _at(obj: object, path: str) -> object:
@@ -93,10 +145,14 @@ def plans_for_object(
     obj: object, overrides: Overrides
 ) -> tuple[WorkloadReading, list[tuple[ServingWorkload, Plan]], list[ReadProblem]]:
     """Read an object into a plan per serving container; raises `WorkloadUnreadable` for an
-    object that is no workload at all."""
+    object that is no workload at all, `ObjectOverLimits` for one with more serving
+    containers than the limit table allows."""
     reading = read_workloads(obj)
     if isinstance(reading, ReadProblem):
         raise WorkloadUnreadable([reading], "object")
+    over = LIMITS.containers_problem(len(reading.workloads))
+    if over is not None:
+        raise ObjectOverLimits(over)
     plans: list[tuple[ServingWorkload, Plan]] = []
     problems = list(reading.problems)
     for workload in reading.workloads:
@@ -110,7 +166,7 @@ def plans_for_object(
         if problem is not None:
             problems.append(problem)
         elif plan is not None:
-            plans.append((workload, plan))
+            plans.append((workload, with_overrides(plan, overrides)))
     return reading, plans, problems
 
 
@@ -136,7 +192,8 @@ def result_json(check: Check, workload: ServingWorkload | None) -> dict[str, Any
         "model": {
             "value": plan.model_given.given if plan.model_given else None,
             "source": plan.model.source if plan.model else None,
-            "catalog_id": plan.model.value if plan.model else None,
+            # A posted config stands in for the model: no catalog entry answered.
+            "catalog_id": plan.model.value if plan.model and "model" in plan.body else None,
         },
         "options": [o.as_json() for o in plan.options],
         "layout": {
@@ -170,8 +227,28 @@ def preflight(
     overrides: Overrides,
     catalogs: Catalogs,
     metrics: Metrics,
+    files: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The pre-flight answer (JSON-ready, estimates as response models)."""
+    # Training jobs (trainer command lines, PyTorchJob, TrainJob, ...): their own branch.
+    try:
+        training = training_preflight(
+            command=command,
+            obj=obj,
+            files=files,
+            model=overrides.model,
+            gpu=overrides.gpu,
+            gpu_memory_bytes=overrides.gpu_memory_bytes,
+            gpu_count=overrides.gpu_count,
+            catalogs=catalogs,
+            metrics=metrics,
+        )
+    except OverLimits as exc:
+        raise ObjectOverLimits(exc.detail) from None
+    if isinstance(training, list):
+        raise WorkloadUnreadable(training, "object" if obj is not None else "command")
+    if training is not None:
+        return training
     pairs: list[tuple[ServingWorkload | None, Plan]] = []
     others: list[dict[str, Any]] = []
     prefix = "object" if obj is not None else "command"
@@ -206,10 +283,11 @@ def preflight(
         )
         if problem is not None or plan is None:
             raise WorkloadUnreadable([problem] if problem else [], prefix)
-        pairs = [(None, plan)]
+        pairs = [(None, with_overrides(plan, overrides))]
     results: list[dict[str, Any]] = []
     failures: list[ReadProblem] = []
     for workload, plan in pairs:
+        checkpoint()
         check = check_plan(plan, catalogs, metrics, memory_bytes=overrides.gpu_memory_bytes)
         if isinstance(check, ReadProblem):
             failures.append(check)

@@ -8,6 +8,7 @@ from pydantic import ConfigDict, Field
 
 from service.schemas.common import STRICT_REQUEST, RequestModel, ResponseModel
 from service.schemas.estimates import EstimateResponse
+from service.schemas.limits import LIMITS
 
 __all__ = ["BatchItem", "BatchRequest", "BatchResponse", "BatchResult"]
 
@@ -46,7 +47,9 @@ class BatchRequest(RequestModel):
     )
 
     items: list[BatchItem] = Field(
-        min_length=1, max_length=1000, description="Up to 1000 estimate requests."
+        min_length=1,
+        max_length=LIMITS.batch_items,
+        description=f"Up to {LIMITS.batch_items} estimate requests.",
     )
 
 

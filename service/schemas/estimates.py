@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    BeforeValidator,
     ConfigDict,
     Field,
     ValidationInfo,
@@ -17,9 +18,9 @@ from pydantic import (
 )
 from typing_extensions import TypedDict
 
-from service.estimator import training
+from service.estimator import speculative, training
 from service.estimator.engines import ENGINES, REGISTRY, all_options
-from service.estimator.formats import KV_CACHE_DTYPES, WEIGHT_FORMATS
+from service.estimator.formats import KV_CACHE_DTYPES, WEIGHT_FORMATS, canonical_format_name
 from service.estimator.inference.setup import ATTENTION
 from service.estimator.parallel import MAX_GPU_COUNT
 from service.estimator.parallel import MAX_PARALLEL as _MAX_PARALLEL
@@ -33,7 +34,19 @@ from service.schemas.common import (
     json_depth_and_size,
 )
 
-WeightFormat = Literal[WEIGHT_FORMATS]  # type: ignore[valid-type]
+
+def _weight_format_name(value: Any) -> Any:
+    """A weight format as users write it (any case, aliases, llama.cpp's Q4_K_M) in the
+    service's own name; anything else is left for the enum to refuse."""
+    if isinstance(value, str):
+        return canonical_format_name(value) or value
+    return value
+
+
+WeightFormat = Annotated[
+    Literal[WEIGHT_FORMATS],  # type: ignore[valid-type]
+    BeforeValidator(_weight_format_name),
+]
 KvCacheDtype = Literal[KV_CACHE_DTYPES]  # type: ignore[valid-type]
 Engine = Literal[ENGINES]  # type: ignore[valid-type]
 Method = Literal[training.METHODS]  # type: ignore[valid-type]
@@ -45,6 +58,7 @@ LossImplementation = Literal[training.LOSS_IMPLEMENTATIONS]  # type: ignore[vali
 ShardingImplementation = Literal[training.SHARDING_IMPLEMENTATIONS]  # type: ignore[valid-type]
 KbitPreparation = Literal[training.KBIT_PREPARATIONS]  # type: ignore[valid-type]
 EstimatorName = Literal["detailed", "simple"]
+SpeculativeMethod = Literal[tuple(speculative.METHODS)]  # type: ignore[valid-type]
 
 # Bounds: generous for any real deployment, tight enough that no request is unbounded work.
 MAX_TOKENS = 10**9  # batch × sequence (× concurrency) tokens in one request
@@ -194,6 +208,89 @@ EngineOptions: type[RequestModel] = create_model(  # type: ignore[call-overload]
 )
 
 
+class SpeculativeOptions(RequestModel):
+    """Speculative decoding: the drafter the engine loads beside the target."""
+
+    method: SpeculativeMethod = Field(  # type: ignore[valid-type]
+        description="`draft_model` (a separate small model), `eagle`, `eagle3`, `mtp` (the "
+        "checkpoint's multi-token-prediction layer), `ngram`, `suffix` (no weights)."
+    )
+    model: str | None = Field(
+        None,
+        min_length=1,
+        max_length=200,
+        description="The drafter: a catalog or store model id (a draft model, or an EAGLE "
+        "head whose config the service holds). EAGLE and MTP heads not given are derived "
+        "from the target.",
+        examples=["meta-llama/Llama-3.2-1B-Instruct"],
+    )
+    hf_config: dict[str, Any] | None = Field(
+        None, description="The drafter's `config.json`, posted as is (instead of `model`)."
+    )
+    num_speculative_tokens: int = Field(
+        1, ge=1, le=64, description="Tokens proposed per step (changes batches, not memory)."
+    )
+    draft_tensor_parallel_size: int | None = Field(
+        None, ge=1, le=MAX_PARALLEL, description="The drafter's TP: the target's (default) or 1."
+    )
+
+    @field_validator("hf_config")
+    @classmethod
+    def _bounded_config(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            depth, size = json_depth_and_size(value)
+            if depth > MAX_CONFIG_DEPTH or size > MAX_CONFIG_KEYS:
+                raise ValueError(
+                    f"config too deep or too large (at most {MAX_CONFIG_DEPTH} levels and "
+                    f"{MAX_CONFIG_KEYS} keys)"
+                )
+        return value
+
+    @model_validator(mode="after")
+    def _one_drafter(self) -> SpeculativeOptions:
+        if self.model is not None and self.hf_config is not None:
+            raise ValueError("name the drafter with one of `model` or `hf_config`, not both")
+        return self
+
+
+class TrafficBody(RequestModel):
+    """A closed loop of clients, each keeping one request of these lengths in flight (what
+    `vllm bench serve --max-concurrency` measures)."""
+
+    input_tokens: int = Field(
+        ge=1, le=MAX_SEQUENCE, description="Prompt tokens of one request.", examples=[1024]
+    )
+    output_tokens: int = Field(
+        ge=1, le=MAX_SEQUENCE, description="Tokens one request generates.", examples=[256]
+    )
+    concurrency: int = Field(
+        1,
+        ge=1,
+        le=MAX_CONCURRENCY,
+        description="Requests in flight at once (past the replica's `max_concurrency` they queue).",
+    )
+
+    @model_validator(mode="after")
+    def _bounded_length(self) -> TrafficBody:
+        if self.input_tokens + self.output_tokens > MAX_SEQUENCE:
+            raise ValueError(f"input_tokens + output_tokens exceeds {MAX_SEQUENCE:,} tokens")
+        return self
+
+
+class SloBody(RequestModel):
+    """Targets on the means of one replica's requests, and the rate the fleet must serve."""
+
+    requests_per_s: float = Field(
+        gt=0, le=1e7, description="Requests per second to serve in all.", examples=[20]
+    )
+    ttft_ms: float | None = Field(
+        None, gt=0, le=1e7, description="Mean time to first token, ms (null: any)."
+    )
+    itl_ms: float | None = Field(
+        None, gt=0, le=1e6, description="Mean inter-token latency, ms (null: any)."
+    )
+
+
 class InferenceRequestBody(ModelSelector):
     """Memory to serve a model."""
 
@@ -248,6 +345,32 @@ class InferenceRequestBody(ModelSelector):
     )
     tensor_parallel_size: int = Field(1, ge=1, le=MAX_PARALLEL)
     pipeline_parallel_size: int = Field(1, ge=1, le=MAX_PARALLEL)
+    data_parallel_size: int = Field(
+        1,
+        ge=1,
+        le=MAX_PARALLEL,
+        description="Data-parallel ranks, each a TP × PP group (vLLM's --data-parallel-size). "
+        "A MoE model's expert layers span all of them (vLLM flattens TP × DP for its MoE "
+        "layers); a dense model's ranks are independent copies.",
+    )
+    speculative: SpeculativeOptions | None = Field(
+        None,
+        description="Speculative decoding (vLLM --speculative-config, SGLang "
+        "--speculative-algorithm): the drafter's weights and its KV per token are added.",
+    )
+    host_memory_bytes: int | None = Field(
+        None,
+        ge=MIN_GPU_MEMORY,
+        le=MAX_GPU_MEMORY,
+        description="Host memory the engine's processes may use for all the GPUs judged (a "
+        "pod's `resources.limits.memory`): what the engine holds there (offloaded weights, "
+        "adapter and KV caches, swap) past it is `host_memory_exceeded`.",
+    )
+    expert_parallel: bool = Field(
+        False,
+        description="Expert parallelism (vLLM's --enable-expert-parallel): the routed experts "
+        "are divided whole among the TP × DP GPUs instead of split in width.",
+    )
     gpu: str | None = Field(
         None,
         min_length=1,
@@ -270,9 +393,22 @@ class InferenceRequestBody(ModelSelector):
         "the rest.",
     )
 
+    traffic: TrafficBody | None = Field(
+        None,
+        description="Answer `performance` (TTFT, ITL, throughput) at this traffic; needs a "
+        "catalog `gpu`.",
+    )
+    slo: SloBody | None = Field(
+        None,
+        description="With `traffic`: answer `sizing`, the replicas of this layout that serve "
+        "`requests_per_s` within the latency targets.",
+    )
+
     @model_validator(mode="after")
     def _one_gpu_given(self) -> InferenceRequestBody:
         _one_gpu(self.gpu, self.gpu_memory_bytes)
+        if self.slo is not None and self.traffic is None:
+            raise ValueError("`slo` needs `traffic` (the request lengths it is sized at)")
         return self
 
     @field_validator("prompt_tokens")
@@ -411,6 +547,31 @@ class FinetuneRequestBody(ModelSelector):
 # Responses
 
 
+class ModelResolutionOut(ResponseModel):
+    """How the name in `model` became the model estimated."""
+
+    requested: str = Field(description="The name as the request gave it.")
+    resolved_to: str = Field(
+        description="The model whose configuration was used: a model-store id, a catalog id, "
+        "or `<catalog id>:<tag>` for a file of a catalog GGUF repository."
+    )
+    route: Literal["store", "catalog", "catalog-gguf", "rules"] = Field(
+        description="`store`: the model store's own files (exact); `catalog`: a catalog id or "
+        "alias; `catalog-gguf`: a file of a catalog GGUF repository; `rules`: the alias rules "
+        "read the name as a mirror, a quantized copy or a GGUF file of a catalog model (a "
+        "guess from the name, each rule and its reason in `reasons`)."
+    )
+    exact: bool = Field(description="False when the answer rests on a rule's reading of the name.")
+    format: str | None = Field(
+        None,
+        description="The weight format the name says (`gptq-int4`, `awq-int4`, `nf4`, "
+        "`fp8-block`, `gguf-Q4_K_M`, ...), when it says one.",
+    )
+    reasons: list[str] = Field(
+        default_factory=list, description="Each rule the resolution used, with why it holds."
+    )
+
+
 class ResolvedModel(ResponseModel):
     """The model the request named, as the estimator resolved it."""
 
@@ -420,6 +581,9 @@ class ResolvedModel(ResponseModel):
     active_parameter_count: int = Field(description="Parameters one token uses (MoE); = total.")
     architecture: dict[str, Any] | None = Field(
         None, description="The normalized architecture fields the estimator used."
+    )
+    resolution: ModelResolutionOut | None = Field(
+        None, description="For a model named by `model`: what the name resolved to, and how."
     )
 
 
@@ -437,6 +601,9 @@ class LayoutOut(ResponseModel):
     tensor_parallel_size: int = Field(description="GPUs one layer is split over.")
     pipeline_parallel_size: int = Field(description="Stages the layers are split into.")
     data_parallel_size: int = Field(description="Replicas of the model.")
+    expert_parallel_size: int = Field(
+        1, description="GPUs the routed experts are divided among (1: no expert parallelism)."
+    )
 
 
 class FitOut(ResponseModel):
@@ -456,7 +623,8 @@ class FitOut(ResponseModel):
     fits: bool = Field(description="Whether the request fits as asked.")
     headroom_bytes: int = Field(description="usable − required; negative when it does not fit.")
     min_gpu_count: int | None = Field(
-        description="Fewest GPUs of a layout the engine can run on which it fits; null if none."
+        description="Fewest GPUs on which it fits, in a layout operators run (see "
+        "`min_gpu_layout_reason`); null if none."
     )
     min_gpu_layout: LayoutOut | None = Field(
         description="The layout of `min_gpu_count`: posted back as tensor_parallel_size and "
@@ -469,6 +637,13 @@ class FitOut(ResponseModel):
     )
     max_batch_size: int | None = Field(description="Largest batch that fits; null if none.")
     max_sequence_length: int | None = Field(description="Longest sequence that fits.")
+    min_gpu_layout_reason: str | None = Field(
+        None,
+        description="Why `min_gpu_layout` is that layout: the form operators run (TP inside "
+        "one node, in a power-of-two size the engine accepts for the model; pipeline stages "
+        "only once TP fills a node or the model splits no further) and why the smaller "
+        "layouts of that form do not fit; null when `min_gpu_count` is null.",
+    )
 
 
 class CapacityOut(ResponseModel):
@@ -495,6 +670,13 @@ class InferenceDetails(TypedDict, total=False):
     outside_budget_bytes: Annotated[
         int, Field(description="Per GPU: held in the margin the engine's budget leaves.")
     ]
+    unpriced: Annotated[
+        str,
+        Field(
+            description="Features read but not priced ('; '-separated): each only adds "
+            "memory, so a fit may be optimistic."
+        ),
+    ]
 
 
 class FinetuneDetails(TypedDict, total=False):
@@ -517,6 +699,93 @@ class FinetuneDetails(TypedDict, total=False):
     ]
 
 
+EngineValue = bool | int | float | str | None
+
+
+class UnusedFieldOut(ResponseModel):
+    """A request field the chosen engine (or the simple rules) sizes nothing by."""
+
+    field: str = Field(description="The request field, e.g. `sequence_length`.")
+    decided_by: list[str] = Field(
+        description="The engine options that decide in its place (`engine_options.n_ctx`); "
+        "empty when the engine itself does (its fused kernels) or no engine is used."
+    )
+    engine_values: dict[str, EngineValue] = Field(
+        description="Those options' values as the estimate used them (given or defaulted)."
+    )
+    reason: str = Field(description="Why the field changes nothing, in words.")
+    given: bool = Field(
+        description="Whether the request gave the field a value other than its default "
+        "(then an assumption line says the value was not used)."
+    )
+
+
+Bound = Literal["memory", "compute", "communication"]
+
+
+class RangeOut(ResponseModel):
+    low: float = Field(description="The smaller figure of the two ends.")
+    high: float = Field(description="The larger figure.")
+
+
+class ReplicasRangeOut(ResponseModel):
+    low: int = Field(description="Replicas at the fast end of the band.")
+    high: int = Field(description="Replicas at the slow end.")
+
+
+class BandOut(ResponseModel):
+    """An uncalibrated answer's range: the figures at the assumed slow and fast constants."""
+
+    ttft_ms: RangeOut
+    itl_ms: RangeOut
+    output_tokens_per_s: RangeOut
+    requests_per_s: RangeOut
+
+
+class PerformanceOut(ResponseModel):
+    """One replica (TP × PP GPUs) under the `traffic`: means over its requests."""
+
+    ttft_ms: float = Field(description="Time to first token, ms, queue wait included.")
+    itl_ms: float = Field(description="Inter-token latency (time per output token), ms.")
+    output_tokens_per_s: float = Field(description="Generated tokens per second, all GPUs.")
+    requests_per_s: float = Field(description="Requests completed per second.")
+    latency_ms: float = Field(description="One request, end to end, ms.")
+    bound: Bound = Field(description="What limits a step: memory, compute or communication.")
+    saturated: bool = Field(
+        description="`concurrency` exceeds `max_concurrency`: the rest wait in the queue."
+    )
+    calibrated: bool = Field(
+        description="Fitted to measurements of this engine and GPU class (docs/accuracy.md); "
+        "false: the figures are the middle of `band`."
+    )
+    concurrency: int = Field(description="Requests in flight (the traffic's).")
+    running: int = Field(description="Requests the engine runs at once.")
+    max_concurrency: int = Field(
+        description="The most it runs at once: its scheduler limit and its KV pool."
+    )
+    queue_wait_ms: float = Field(description="Mean wait in the engine's queue, ms.")
+    calibration: str | None = Field(description="`engine/gpu-class` of the fitted constants.")
+    band: BandOut | None = Field(description="Uncalibrated answers: the range.")
+
+
+class SizingOut(ResponseModel):
+    """Replicas of the judged layout for the SLO: ⌈rate / per-replica rate⌉."""
+
+    replicas: int | None = Field(description="Replicas needed; null when no load meets it.")
+    gpus: int | None = Field(description="GPUs: replicas × TP × PP.")
+    per_replica_requests_per_s: float = Field(
+        description="Requests per second one replica serves within the SLO."
+    )
+    concurrency: int = Field(description="Requests in flight per replica at that rate.")
+    slo_met: bool = Field(description="Whether one replica meets the latency targets at all.")
+    limited_by: Literal["ttft", "itl", "max_concurrency"] = Field(
+        description="What caps the per-replica rate."
+    )
+    replicas_range: ReplicasRangeOut | None = Field(
+        description="Uncalibrated answers: replicas at the fast and slow ends of the band."
+    )
+
+
 class EstimateResponse(ResponseModel):
     """One estimate: bytes by component, per GPU and in total, with fit and capacity."""
 
@@ -533,10 +802,35 @@ class EstimateResponse(ResponseModel):
     capacity: CapacityOut | None = Field(
         None, description="Serving engines with a KV pool (vLLM, SGLang), with a `gpu`."
     )
-    cpu_bytes: int = Field(0, description="Host memory needed (CPU offload), in bytes.")
+    cpu_bytes: int = Field(
+        0,
+        description="Host memory the engine holds for all the GPUs of the estimate, in bytes: "
+        "offloaded weights, adapter caches, swap space, KV offload, connector buffers "
+        "(llama.cpp: its CPU buffers). The processes' own baseline is not included.",
+    )
     details: InferenceDetails | FinetuneDetails = Field(
         default_factory=InferenceDetails,
         description="Facts behind the figures (which formats, dtypes and phases).",
     )
     assumptions: list[str] = Field(description="One line per assumption that changed a number.")
     summary: str = Field(description="One line for a person (GB = 10^9 bytes).")
+    unused_fields: list[UnusedFieldOut] = Field(
+        default_factory=list,
+        description="Inference: every request field the chosen engine does not use, with the "
+        "engine options that decide instead (llama.cpp sizes its KV cache by `n_ctx`, not "
+        "`sequence_length`); the simple rules use no engine, KV dtype or attention kernel.",
+    )
+    engine_options: dict[str, EngineValue] | None = Field(
+        None,
+        description="Inference with the detailed estimator: every option of the engine as "
+        "the estimate resolved it, the caller's values and the engine's defaults.",
+    )
+    engine_defaults: list[str] = Field(
+        default_factory=list,
+        description="Of `engine_options`, the names the engine defaulted (the caller set the "
+        "rest), e.g. vLLM's `max_model_len` from the model's derived context.",
+    )
+    performance: PerformanceOut | None = Field(
+        None, description="With `traffic`: latency and throughput (docs/performance.md)."
+    )
+    sizing: SizingOut | None = Field(None, description="With `slo`: the replicas it needs.")

@@ -14,7 +14,14 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from service.estimator.result import FitReason
-from service.schemas.common import STRICT_REQUEST, RequestModel, ResponseModel
+from service.schemas.common import (
+    MAX_CONFIG_DEPTH,
+    MAX_CONFIG_KEYS,
+    STRICT_REQUEST,
+    RequestModel,
+    ResponseModel,
+    json_depth_and_size,
+)
 from service.schemas.estimates import (
     GPU_DESCRIPTION,
     GPU_MEMORY_DESCRIPTION,
@@ -24,38 +31,12 @@ from service.schemas.estimates import (
     EstimateResponse,
     FitOut,
     LayoutOut,
+    WeightFormat,
 )
+from service.schemas.limits import LIMITS, object_problem
 from service.workloads.extender import MAX_EXTENDER_PRIORITY, MIN_EXTENDER_PRIORITY
 
-# A Kubernetes object is deeper than a config.json (a node affinity term sits 12 levels down)
-# and larger (a Deployment with its status); still bounded so that no request is unbounded work.
-MAX_OBJECT_DEPTH = 32
-MAX_OBJECT_KEYS = 20_000
-MAX_COMMAND_CHARS = 65_536
-MAX_ARGV = 4096
-
 Verdict = Literal["fits", "does_not_fit", "fits_some", "will_not_start", "unknown"]
-
-
-def _bounded_object(value: Any) -> Any:
-    """Depth and key count of a JSON value, refused past the bounds (iterative walk)."""
-    stack = [(value, 1)]
-    count = 0
-    while stack:
-        node, depth = stack.pop()
-        children = (
-            node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
-        )
-        for child in children:
-            count += 1
-            if count > MAX_OBJECT_KEYS or depth + 1 > MAX_OBJECT_DEPTH:
-                raise ValueError(
-                    f"object too deep or too large (at most {MAX_OBJECT_DEPTH} levels and "
-                    f"{MAX_OBJECT_KEYS} keys); send the workload object alone"
-                )
-            if isinstance(child, dict | list):
-                stack.append((child, depth + 1))
-    return value
 
 
 class PreflightRequest(RequestModel):
@@ -93,10 +74,10 @@ class PreflightRequest(RequestModel):
     )
 
     command: (
-        Annotated[str, Field(min_length=1, max_length=MAX_COMMAND_CHARS)]
+        Annotated[str, Field(min_length=1, max_length=LIMITS.command_chars)]
         | Annotated[
-            list[Annotated[str, Field(max_length=MAX_COMMAND_CHARS)]],
-            Field(min_length=1, max_length=MAX_ARGV),
+            list[Annotated[str, Field(max_length=LIMITS.command_chars)]],
+            Field(min_length=1, max_length=LIMITS.argv),
         ]
     ) = Field(  # type: ignore[assignment]
         None,
@@ -107,7 +88,9 @@ class PreflightRequest(RequestModel):
         None,  # type: ignore[arg-type]
         description="A Kubernetes object (Pod, Deployment, StatefulSet, ReplicaSet, Job, "
         "CronJob, LeaderWorkerSet, KServe InferenceService or LLMInferenceService) or the vLLM "
-        "production-stack Helm values (`servingEngineSpec`), as JSON.",
+        "production-stack Helm values (`servingEngineSpec`), as JSON; for training jobs also "
+        "a Kubeflow PyTorchJob or TrainJob, a JobSet, a RayJob or a Kueue Workload, or a "
+        "`List` holding one with the ConfigMaps (and a TrainJob's runtime) it uses.",
     )
     model: str | None = Field(
         None,
@@ -115,6 +98,19 @@ class PreflightRequest(RequestModel):
         max_length=200,
         description="The catalog model id, where the workload names its model by a path or a "
         "storage URI (`/mnt/models`, `s3://...`); it replaces what the workload names.",
+    )
+    hf_config: dict[str, Any] | None = Field(
+        None,
+        description="The model's Hugging Face `config.json`, posted as is (as the estimate "
+        "endpoint takes it), where the model the workload names is in neither the catalog nor "
+        "the model store; it replaces that model, whose name labels the answer. Not with "
+        "`model`.",
+    )
+    weight_format: WeightFormat | None = Field(
+        None,
+        description="The checkpoint's storage format, as the estimate endpoint's "
+        "`weight_format` (llama.cpp's `Q4_K_M` names accepted), where the workload does not "
+        "say (no `--quantization`); the workload's own flag wins, with a note.",
     )
     gpu: str | None = Field(
         None,
@@ -137,10 +133,50 @@ class PreflightRequest(RequestModel):
         "line); default: what its engine layout uses.",
     )
 
+    files: (
+        dict[
+            Annotated[str, Field(min_length=1, max_length=4096)],
+            Annotated[str, Field(max_length=LIMITS.file_chars)],
+        ]
+        | None
+    ) = Field(
+        None,
+        max_length=LIMITS.files,
+        description="Config files a training job names, by the path the job opens them at "
+        "(`ds_z3.json`, `/etc/config/fsdp.yaml`, `examples/train_lora/llama3_lora_sft.yaml`): "
+        "DeepSpeed JSON, accelerate configs, LLaMA-Factory, axolotl and torchtune recipes. A "
+        "path is matched as written, against the container's working directory, then by its "
+        "file name. A file a job names that is not here is reported as unknown. ConfigMaps "
+        "sent with the object in a `List` are read where the container mounts them.",
+    )
+
     @field_validator("object")
     @classmethod
     def _bounded(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        return value if value is None else _bounded_object(value)
+        problem = None if value is None else object_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("hf_config")
+    @classmethod
+    def _bounded_config(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            depth, size = json_depth_and_size(value)
+            if depth > MAX_CONFIG_DEPTH or size > MAX_CONFIG_KEYS:
+                raise ValueError(
+                    f"config too deep or too large (at most {MAX_CONFIG_DEPTH} levels and "
+                    f"{MAX_CONFIG_KEYS} keys); post the model's config.json as is"
+                )
+        return value
+
+    @field_validator("files")
+    @classmethod
+    def _bounded_files(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        chars = LIMITS.files_chars
+        if value is not None and sum(len(text) for text in value.values()) > chars:
+            raise ValueError(f"the files hold more than {chars} characters together")
+        return value
 
     @model_validator(mode="after")
     def _one_input(self) -> PreflightRequest:
@@ -148,6 +184,8 @@ class PreflightRequest(RequestModel):
             raise ValueError("give exactly one of `command` or `object`")
         if self.gpu is not None and self.gpu_memory_bytes is not None:
             raise ValueError("name the GPU with one of `gpu` or `gpu_memory_bytes`, not both")
+        if self.model is not None and self.hf_config is not None:
+            raise ValueError("name the model with one of `model` or `hf_config`, not both")
         return self
 
 
@@ -259,11 +297,111 @@ class OtherContainerOut(ResponseModel):
     reason: str = Field(description="Why it was not read as a serving workload.")
 
 
+class TrainerRead(ResponseModel):
+    value: str = Field(description="`trl`, `transformers`, `llamafactory`, `axolotl`, `torchtune`.")
+    source: str = Field(description="Where the trainer's entrypoint was read.")
+
+
+class LauncherRead(ResponseModel):
+    name: str = Field(description="`torchrun`, `accelerate launch`, `deepspeed`, `python`, ...")
+    nproc_per_node: SourcedCount = Field(description="Processes (ranks) per node.")
+    nnodes: SourcedCount = Field(description="Nodes (pods) that run the launcher.")
+    world_size: int = Field(description="Ranks of the job: processes per node × nodes.")
+
+
+class TrainerOptionRead(ResponseModel):
+    name: str = Field(description="The trainer's own key (flag or recipe key).")
+    value: int | float | str | bool | list[str] | None = Field(description="The value read.")
+    source: str = Field(description="Where it was read.")
+    priced: bool = Field(description="Whether the estimate models it as the trainer runs it.")
+    note: str = Field(description="How it was read, or why it is not priced.")
+    target: str | None = Field(description="The fine-tune field it sets.")
+
+
+class SettingRead(ResponseModel):
+    field: str = Field(description="The `/v1/estimate/finetune` field (`lora.rank`).")
+    value: int | float | str | bool | list[str] | None = Field(description="The value priced.")
+    source: str = Field(description="Where it was read, or the trainer default it takes.")
+    priced: bool = Field(description="false: the trainer does something not modelled.")
+    note: str = Field(description="How it was read, or what is not modelled.")
+
+
+class ConfigRead(ResponseModel):
+    path: str = Field(description="The file as the job names it.")
+    named_at: str = Field(description="Where the job names it.")
+    role: str = Field(description="`deepspeed`, `accelerate`, `fsdp_config`, a recipe, ...")
+    read_from: str | None = Field(description="Where its text came from; null: not carried.")
+
+
+class HostMemoryOut(ResponseModel):
+    offload_bytes: int = Field(description="This node's share of what CPU offload holds.")
+    pinned_bytes: int = Field(description="Batches pinned by the data loaders of the node.")
+    needed_bytes: int = Field(description="At least what the pod holds in host memory.")
+    limit: SourcedCount | None = Field(description="The container's memory limit, in bytes.")
+    fits: bool | None = Field(description="needed ≤ limit; null without a limit.")
+
+
+class SuggestionOut(ResponseModel):
+    change: str = Field(description="What changes.")
+    how: str = Field(description="In the trainer's own words.")
+    per_gpu_bytes: int = Field(description="One rank's bytes with the change.")
+    fits: bool | None = Field(description="Whether it then fits the judged GPU.")
+    request: dict[str, Any] = Field(description="The `/v1/estimate/finetune` body it prices.")
+
+
+class TrainingPreflightResult(ResponseModel):
+    """One trainer container: what was read and where, the fine-tune estimate, the verdict."""
+
+    container: str | None = Field(description="The container's name.")
+    path: str | None = Field(description="JSON path of the container read.")
+    role: str = Field(description="`main`, PyTorchJob `Master`/`Worker`, a replicated job...")
+    trainer: TrainerRead
+    entrypoint: str = Field(description="How the trainer was started (`trl sft`, ...).")
+    model: ModelRead
+    launcher: LauncherRead
+    options: list[TrainerOptionRead] = Field(description="Every trainer key read.")
+    settings: list[SettingRead] = Field(description="The fine-tune fields, with sources.")
+    configs: list[ConfigRead] = Field(description="Config files the job names.")
+    gpus: GpusRead | None = Field(description="GPUs per pod; null when none is requested.")
+    pods: SourcedCount | None = Field(description="Pods of this template.")
+    gpu: GpuPinned | None = Field(description="The GPU products judged on.")
+    request: dict[str, Any] = Field(
+        description="The `POST /v1/estimate/finetune` body that `estimate` answers."
+    )
+    estimate: EstimateResponse | None = Field(description="The estimate, with `fit` on one GPU.")
+    fit: FitOut | None = Field(description="The estimate's `fit` (the same object).")
+    verdict: Verdict = Field(
+        description="As for serving; `does_not_fit` also when the host "
+        "memory limit is below what the pod needs."
+    )
+    fits: bool | None = Field(description="true / false for a definite verdict, else null.")
+    exact: bool = Field(description="Every setting read is priced as the trainer runs it.")
+    unpriced: list[str] = Field(description="Settings, options and files not priced.")
+    floor_request: dict[str, Any] | None = Field(
+        description="The body with every unpriced field at the least it could need; null when "
+        "some has no such bound."
+    )
+    refusable: bool = Field(
+        description="Whether a `does_not_fit` holds for the unpriced settings too (the floor "
+        "does not fit, or the host memory does not): what admission refuses under `deny`."
+    )
+    gpu_verdicts: list[GpuVerdictOut] = Field(description="A verdict per allowed GPU.")
+    fits_on: list[str] = Field(description="Catalog GPUs one rank fits on (GFD product labels).")
+    host_memory: HostMemoryOut | None = Field(description="Host memory against the limit.")
+    suggestions: list[SuggestionOut] = Field(description="What to change to fit.")
+    ignored_args: list[IgnoredArg] = Field(description="Flags no table models (never errors).")
+    notes: list[str] = Field(description="What was assumed or could not be read.")
+    problems: list[WorkloadProblem] = Field(description="Why the job would not start.")
+
+
 class PreflightResponse(ResponseModel):
     kind: str = Field(description="The object's kind, or `command`.")
     name: str | None = Field(description="`metadata.name`.")
     namespace: str | None = Field(description="`metadata.namespace`.")
     results: list[PreflightResult] = Field(description="One per serving container.")
+    training: list[TrainingPreflightResult] = Field(
+        default_factory=list, description="One per trainer container (training jobs)."
+    )
     others: list[OtherContainerOut] = Field(description="Containers not read, and why.")
 
 

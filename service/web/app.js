@@ -36,6 +36,15 @@ const COMPONENTS = {
 };
 const EXTRA_COLOURS = ["#56B4E9", "#F0E442", "#000000"];
 
+// The option each engine takes as the longest sequence it is started for (the engines'
+// `context_option`, service/estimator/engines/; tests/ui/test_routes.py keeps them equal) and
+// the flag a person types for it. Engines without one take no context field.
+const CONTEXT_OPTION = {
+  vllm: ["max_model_len", "--max-model-len"],
+  sglang: ["context_length", "--context-length"],
+  "llama.cpp": ["n_ctx", "--ctx-size"],
+};
+
 const state = { gpus: [], models: [], schemas: {}, run: 0 };
 
 // ---------------------------------------------------------------------------------------
@@ -186,8 +195,19 @@ function inferenceBody(base, overrides) {
     concurrency: intField("#concurrency"),
     tensor_parallel_size: intField("#tensor_parallel_size"),
   }, overrides || {});
+  const context = CONTEXT_OPTION[body.engine];
+  if (context && $("#context_length").value.trim()) {
+    body.engine_options = { [context[0]]: intField("#context_length") };
+  }
   if ($("#gpu").value) body.gpu = $("#gpu").value;
   return body;
+}
+
+// The latency question of the user's request: both token counts and a GPU (null: not asked).
+function trafficOf() {
+  const input = intField("#traffic_input_tokens"), output = intField("#traffic_output_tokens");
+  if (!(input > 0 && output > 0) || !$("#gpu").value) return null;
+  return { input_tokens: input, output_tokens: output, concurrency: intField("#concurrency") };
 }
 
 function finetuneBody(base, overrides) {
@@ -216,6 +236,8 @@ function buildItems() {
   const rowOverrides = (row) => (row.kind === "finetune" && !row.set.weight_format
     ? { ...row.set, weight_format: undefined } : row.set);
   const items = [{ kind, request: build(kind) }];
+  const traffic = kind === "inference" ? trafficOf() : null;
+  if (traffic) items[0].request.traffic = traffic;
   for (const row of TABLE_ROWS) {
     const request = build(row.kind, rowOverrides(row));
     if (request.weight_format === undefined) delete request.weight_format;
@@ -266,16 +288,31 @@ function renderBreakdown(estimate) {
     el("td", { class: "num", text: fmtGiB(total) })));
 }
 
+function layoutText(layout) {
+  const parts = [`TP ${layout.tensor_parallel_size}`];
+  if (layout.pipeline_parallel_size > 1) parts.push(`PP ${layout.pipeline_parallel_size}`);
+  return parts.join(" × ");
+}
+
+// The verdict is the answer's own: `fit.fits` and `fit.reason` with its figures. A shortfall is
+// named only when the workload itself exceeds the memory (negative headroom); an engine that
+// refuses to start for another reason is said to, with the reason, never a negative shortfall.
 function fitSentence(fit) {
   const where = `${fit.gpu_count} × ${gpuName(fit.gpu)}`;
+  const need = `needs ${fmtGB(fit.required_bytes)} of ${fmtGB(fit.usable_bytes)} usable per GPU`;
   if (fit.fits) {
-    return `Fits on ${where}: needs ${fmtGB(fit.required_bytes)} of ${fmtGB(fit.usable_bytes)} ` +
-      `usable per GPU; headroom ${fmtGB(fit.headroom_bytes)} (${fmtGiB(fit.headroom_bytes)}).`;
+    return `Fits on ${where}: ${need}; headroom ${fmtGB(fit.headroom_bytes)} ` +
+      `(${fmtGiB(fit.headroom_bytes)}).`;
   }
-  const fewest = fit.min_gpu_count ? `Fewest GPUs that fit: ${fit.min_gpu_count}.` : "No GPU count fits.";
-  return `Does not fit on ${where}: needs ${fmtGB(fit.required_bytes)} of ` +
-    `${fmtGB(fit.usable_bytes)} usable per GPU, short by ${fmtGB(-fit.headroom_bytes)} ` +
-    `(${fmtGiB(-fit.headroom_bytes)}). ${fewest}`;
+  const why = `${fit.reason.replace(/_/g, " ")}` + (fit.reason_detail ? `: ${fit.reason_detail}` : "");
+  const amount = `${fmtGB(Math.abs(fit.headroom_bytes))} (${fmtGiB(Math.abs(fit.headroom_bytes))})`;
+  const size = fit.headroom_bytes < 0
+    ? `The request ${need}, short by ${amount}.`
+    : `The requested batch and sequences alone would leave ${amount} free per GPU.`;
+  const fewest = fit.min_gpu_count
+    ? `Fewest GPUs that fit: ${fit.min_gpu_count} (${layoutText(fit.min_gpu_layout)}).`
+    : "No GPU count fits.";
+  return `Does not fit on ${where} (${why}). ${size} ${fewest}`;
 }
 
 function renderFit(estimate) {
@@ -295,11 +332,43 @@ function renderFit(estimate) {
   if (fit.max_sequence_length) limits.push(`longest sequence that fits: ${fit.max_sequence_length.toLocaleString("en-US")} tokens`);
   const text = limits.join("; ");
   if (text) box.append(el("p", { text: text[0].toUpperCase() + text.slice(1) + "." }));
+  if (fit.min_gpu_layout_reason) {
+    box.append(el("p", { id: "min-layout", text: `Fewest GPUs: ${fit.min_gpu_layout_reason}.` }));
+  }
+  if (fit.engine_args) {
+    box.append(el("p", { text: fit.fits ? "Engine flags of this setup:" : "Engine flags that fit:" }),
+      el("pre", { id: "engine-args", tabindex: "0", text: fit.engine_args.join(" ") }));
+  }
   const cap = estimate.capacity;
   if (cap) {
     box.append(el("p", { text: `Engine KV-cache pool: ${fmtGB(cap.kv_cache_pool_bytes)}, ` +
       `${cap.kv_cache_tokens.toLocaleString("en-US")} tokens, ` +
       `${cap.max_concurrency.toFixed(2)} sequences of ${cap.sequence_length.toLocaleString("en-US")} tokens at once.` }));
+  }
+}
+
+// The engine's options as the answer resolved them (the caller's and the engine's defaults),
+// and the request fields the engine does not use, with the option that decides instead.
+function renderEngine(estimate) {
+  const box = $("#engine-box");
+  const options = estimate.engine_options;
+  const unused = estimate.unused_fields || [];
+  box.hidden = !options && !unused.length;
+  const list = $("#unused");
+  list.replaceChildren(...unused.filter((u) => u.given || u.decided_by.length).map((u) => {
+    const values = Object.entries(u.engine_values).map(([k, v]) => `${k} = ${v}`).join(", ");
+    const decided = u.decided_by.length ? `decided by ${u.decided_by.join(", ")} (${values})`
+      : "decided by the engine";
+    return el("li", { "data-field": u.field, text: `${u.field} is not used: ${decided}; ${u.reason}.` });
+  }));
+  const body = $("#engine-options tbody");
+  body.replaceChildren();
+  const defaults = new Set(estimate.engine_defaults || []);
+  for (const [name, value] of Object.entries(options || {})) {
+    body.append(el("tr", { "data-option": name, "data-default": String(defaults.has(name)) },
+      el("th", { scope: "row", text: name }),
+      el("td", { text: value === null ? "—" : String(value) }),
+      el("td", { text: defaults.has(name) ? "engine default" : "your request" })));
   }
 }
 
@@ -321,7 +390,8 @@ function renderTable(results) {
       const fit = est.fit;
       tr.append(el("td", { class: fit ? (fit.fits ? "fits" : "no-fit") : "" },
         !fit ? "—" : fit.fits ? `✓ fits, ${fmtGB(fit.headroom_bytes)} free`
-          : `✗ short ${fmtGB(-fit.headroom_bytes)}` +
+          : (fit.headroom_bytes < 0 ? `✗ short ${fmtGB(-fit.headroom_bytes)}`
+            : `✗ ${fit.reason.replace(/_/g, " ")}`) +
             (fit.min_gpu_count ? `, fits on ${fit.min_gpu_count} GPUs` : "")));
     }
     body.append(tr);
@@ -385,6 +455,28 @@ function renderChart(bars, usable) {
     `Usable memory of one GPU: ${fmtGB(usable)} (${fmtGiB(usable)})`));
 }
 
+function fmtMs(ms) { return ms.toLocaleString("en-US", { maximumFractionDigits: 1 }) + " ms"; }
+
+function renderPerformance(estimate) {
+  const box = $("#performance");
+  box.replaceChildren();
+  const p = estimate.performance;
+  if (!p) return;
+  box.append(el("p", { id: "performance-sentence", text:
+    `Latency and throughput with ${p.concurrency.toLocaleString("en-US")} requests in flight: ` +
+    `time to first token ${fmtMs(p.ttft_ms)}, inter-token latency ${fmtMs(p.itl_ms)}, ` +
+    `${p.output_tokens_per_s.toLocaleString("en-US")} output tokens/s ` +
+    `(${p.requests_per_s.toLocaleString("en-US")} requests/s) for the replica; a step is ${p.bound}-bound.` }));
+  if (p.saturated) {
+    box.append(el("p", { text: `Saturated: the engine runs ${p.max_concurrency.toLocaleString("en-US")} ` +
+      `at once (its KV pool and scheduler); the rest wait ${fmtMs(p.queue_wait_ms)} in its queue.` }));
+  }
+  if (!p.calibrated) {
+    box.append(el("p", { text: "Not calibrated for this engine, GPU or format: inter-token latency " +
+      `between ${fmtMs(p.band.itl_ms.low)} and ${fmtMs(p.band.itl_ms.high)} (docs/performance.md).` }));
+  }
+}
+
 function render(items, answer) {
   const results = answer.results;
   const first = results[0];
@@ -398,6 +490,8 @@ function render(items, answer) {
   if (first.status === 200) {
     renderBreakdown(first.estimate);
     renderFit(first.estimate);
+    renderEngine(first.estimate);
+    renderPerformance(first.estimate);
     const list = $("#assumptions");
     list.replaceChildren(...first.estimate.assumptions.map((a) => el("li", { text: a })));
     bars.push({ key: "request", label: "Your request", estimate: first.estimate });
@@ -405,6 +499,8 @@ function render(items, answer) {
     $("#breakdown tbody").replaceChildren();
     $("#breakdown tfoot").replaceChildren();
     $("#fit").replaceChildren();
+    $("#engine-box").hidden = true;
+    $("#performance").replaceChildren();
   }
   renderTable(results);
   TABLE_ROWS.forEach((row, i) => {
@@ -456,7 +552,17 @@ async function estimate(event) {
 // ---------------------------------------------------------------------------------------
 // Wiring
 
+// The context field names the chosen engine's own flag, and is off for engines without one.
+function syncContextField() {
+  const context = CONTEXT_OPTION[$("#engine").value];
+  const field = $("#context_length");
+  field.disabled = !context;
+  $("#context-label").textContent = context
+    ? `Engine context (tokens, ${context[1]})` : "Engine context (this engine has none)";
+}
+
 function syncVisibility() {
+  syncContextField();
   const source = document.querySelector("input[name=source]:checked").value;
   for (const field of document.querySelectorAll("[data-source]")) field.hidden = field.dataset.source !== source;
   const kind = document.querySelector("input[name=kind]:checked").value;
@@ -497,6 +603,7 @@ async function start() {
     fillEnumSelects();
     fillModels(state.models);
     fillGpus(state.gpus);
+    syncContextField();
   } catch (err) {
     $("#error").append(el("p", { text: `Could not load the catalogs: ${err.message}` }));
     return;

@@ -44,6 +44,11 @@ _MODULES: dict[str, Engine] = {
     "vllm.entrypoints.openai.api_server": "vllm",
     "vllm.entrypoints.api_server": "vllm",
     "sglang.launch_server": "sglang",
+    # NVIDIA Dynamo's workers take the engine's own arguments (ai-dynamo/dynamo
+    # components/src/dynamo/vllm/args.py builds vLLM's AsyncEngineArgs from them; dynamo.sglang
+    # SGLang's ServerArgs); their own flags (--is-prefill-worker, ...) are not the engine's.
+    "dynamo.vllm": "vllm",
+    "dynamo.sglang": "sglang",
 }
 _SUBCOMMAND_MODULES: dict[str, Engine] = {
     "vllm.entrypoints.cli.main": "vllm",
@@ -318,6 +323,11 @@ def parse_engine_args(
             raise WorkloadError(
                 word.source, f"{flag} expects a value", f"{flag} takes {spec.expects()}"
             )
+        if value_text.strip() == "" and spec.default is None and table.empty_means_unset:
+            # vLLM parses an optional option with ``optional_type``: "" is None, i.e. unset
+            # (an empty ``${VAR-}`` in a manifest).
+            notes_out.append(f"{flag} is empty ({value_source}): unset, as vLLM reads it")
+            continue
         try:
             options[spec.option] = Sourced(spec.parse(value_text), value_source)
         except ValueSyntaxError as exc:
@@ -339,6 +349,16 @@ def parse_engine_args(
             options[setting.option] = Sourced(
                 read.value.strip().lower() in setting.true_values, where
             )
+    for spec in table.flags:
+        read = known_env.get(spec.env) if spec.env else None
+        if read is None or spec.option in options:
+            continue  # a flag given wins over the variable, as in the engine
+        origin = read.source
+        where = origin if origin.startswith("env ") else f"env {spec.env} ({origin})"
+        try:
+            options[spec.option] = Sourced(spec.parse(read.value), where)
+        except ValueSyntaxError as exc:
+            raise WorkloadError(where, f"{spec.env}: {exc}", f"it takes {spec.expects()}") from None
     return EngineCommand(
         engine=engine,
         entrypoint=entrypoint,

@@ -12,6 +12,7 @@ The field-by-field reading is described in :mod:`.kubernetes`'s docstring.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 
 from service.workloads.commands import (
@@ -122,7 +123,7 @@ def read_inference_service(obj: Mapping[str, object], out: Collector) -> ReadPro
     except WorkloadError as exc:
         out.problems.append(exc.problem)
         return None
-    ref = _kserve_model(model, path, command)
+    ref, command = _kserve_model(model, path, command)
     notes = gpu_notes + env_notes
     if gpus is None:
         notes.append("the model spec requests no GPU (the ServingRuntime may add one)")
@@ -141,18 +142,21 @@ def read_inference_service(obj: Mapping[str, object], out: Collector) -> ReadPro
 
 def _kserve_model(
     model: Mapping[str, object], path: str, command: EngineCommand
-) -> ModelRef | None:
-    """``storageUri`` names the model; else the Hugging Face server's ``--model_id``."""
+) -> tuple[ModelRef | None, EngineCommand]:
+    """``storageUri`` names the model; else the Hugging Face server's ``--model_id``
+    (kserve/kserve ``python/huggingfaceserver/huggingfaceserver/__main__.py``), which is then
+    read, not ignored: the command comes back without it in ``ignored_args``."""
     uri = as_text(model.get("storageUri"))
     if uri:
-        return model_ref(uri, f"{path}.storageUri")
+        return model_ref(uri, f"{path}.storageUri"), command
     for arg in command.ignored_args:
         flag, _, inline = arg.words[0].partition("=")
         if flag in ("--model_id", "--model-id"):
             value = inline or (arg.words[1] if len(arg.words) > 1 else "")
             if value:
-                return model_ref(value, arg.source)
-    return command.model
+                rest = tuple(a for a in command.ignored_args if a is not arg)
+                return model_ref(value, arg.source), dataclasses.replace(command, ignored_args=rest)
+    return command.model, command
 
 
 _PARALLELISM = (

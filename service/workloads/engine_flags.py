@@ -26,6 +26,7 @@ reader does not take the word after them for their value.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Callable, Mapping
@@ -33,6 +34,9 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from functools import cached_property
 from typing import Literal
+
+from service.estimator.engines import REGISTRY
+from service.estimator.engines.base import Option
 
 __all__ = [
     "ENGINE_FLAGS",
@@ -53,13 +57,14 @@ __all__ = [
 
 Engine = Literal["vllm", "sglang"]
 OptionValue = int | float | str | bool | tuple[str, ...]
-FlagKind = Literal["int", "float", "str", "str_list", "switch", "bool_optional"]
+FlagKind = Literal["int", "float", "str", "str_list", "switch", "bool_optional", "json"]
 """How a flag reads its value.
 
 ``int``/``float``/``str``: one value (``--flag v`` or ``--flag=v``). ``str_list``: one or more
 words up to the next flag (argparse ``nargs="+"``). ``switch``: no value, sets True
 (``store_true``). ``bool_optional``: no value; ``--flag`` sets True and ``--no-flag`` False
-(``argparse.BooleanOptionalAction``).
+(``argparse.BooleanOptionalAction``). ``json``: one JSON object (``--speculative-config
+'{"model": ...}'``), or ``key=value,...`` as older vLLM lines wrote ``--limit-mm-per-prompt``.
 """
 
 
@@ -167,6 +172,40 @@ def parse_float(text: str) -> float:
     return value
 
 
+# A JSON flag's value: at most this many characters and this much nesting.
+MAX_JSON_FLAG_CHARS = 16 * 1024
+MAX_JSON_FLAG_DEPTH = 8
+_KEY_VALUE = re.compile(r"[A-Za-z_][\w.-]*=[^,=]*(?:,[A-Za-z_][\w.-]*=[^,=]*)*")
+
+
+def _depth(value: object, level: int = 1) -> int:
+    if isinstance(value, dict):
+        return max((_depth(v, level + 1) for v in value.values()), default=level)
+    if isinstance(value, list):
+        return max((_depth(v, level + 1) for v in value), default=level)
+    return level
+
+
+def parse_json_object(text: str) -> str:
+    """A JSON-object flag value (``--speculative-config '{...}'``), or the ``key=value,...``
+    form older vLLM lines took, returned as canonical JSON text; bounded in size and depth."""
+    stripped = text.strip()
+    if len(stripped) > MAX_JSON_FLAG_CHARS:
+        raise ValueSyntaxError(f"a JSON value of at most {MAX_JSON_FLAG_CHARS} characters")
+    try:
+        value = json.loads(stripped)
+    except ValueError:
+        if not _KEY_VALUE.fullmatch(stripped):
+            raise ValueSyntaxError(f"{text[:60]!r} is not a JSON object") from None
+        pairs = (item.split("=", 1) for item in stripped.split(","))
+        value = {k: int(v) if v.isdigit() else v for k, v in pairs}
+    if not isinstance(value, dict):
+        raise ValueSyntaxError(f"{text[:60]!r} is not a JSON object")
+    if _depth(value) > MAX_JSON_FLAG_DEPTH:
+        raise ValueSyntaxError(f"a JSON object nested at most {MAX_JSON_FLAG_DEPTH} levels")
+    return json.dumps(value, sort_keys=True)
+
+
 _INT_SYNTAX: dict[Callable[[str], int], str] = {
     parse_vllm_int: "an integer (k/m/g/t and K/M/G/T suffixes allowed)",
     parse_vllm_int_or_auto: "an integer (k/K suffixes allowed), -1 or auto",
@@ -189,6 +228,8 @@ class FlagSpec:
     default: OptionValue | None = None
     """The engine's command-line default where it is a constant; None where the engine
     resolves it at start-up (from the model, the GPU or other options)."""
+    env: str | None = None
+    """The environment variable the engine also reads the option from (a flag wins)."""
 
     def parse(self, text: str) -> OptionValue:
         """The value of ``--flag text``; raises `ValueSyntaxError` saying what is wrong."""
@@ -197,6 +238,8 @@ class FlagSpec:
             value = self.parse_int(text)
         elif self.kind == "float":
             value = parse_float(text)
+        elif self.kind == "json":
+            return parse_json_object(text)
         elif self.kind == "str":
             value = text
             if self.choices and text not in self.choices:
@@ -230,6 +273,8 @@ class FlagSpec:
             return "one of " + ", ".join(self.choices)
         if self.kind == "str_list":
             return "one or more names"
+        if self.kind == "json":
+            return "a JSON object"
         return "a value"
 
 
@@ -256,6 +301,8 @@ class EngineFlags:
     switches: frozenset[str] = field(default_factory=frozenset)
     underscores_as_dashes: bool = False
     """vLLM's parser reads ``--max_model_len`` as ``--max-model-len``; SGLang's does not."""
+    empty_means_unset: bool = False
+    """vLLM reads an empty value of an optional option as None (``optional_type``)."""
     env_options: tuple[EnvOption, ...] = ()
     """Variables that change how the engine judges its options (all default to false)."""
 
@@ -310,20 +357,41 @@ class EngineFlags:
         return tuple(spec.option for spec in self.flags)
 
 
-def _int(option: str, *spellings: str, **kw: object) -> FlagSpec:
-    return FlagSpec(option=option, spellings=spellings, kind="int", **kw)  # type: ignore[arg-type]
+_INT_SYNTAX_PARSERS: dict[str, Callable[[str], int]] = {
+    "plain": parse_plain_int,
+    "vllm": parse_vllm_int,
+    "vllm_or_auto": parse_vllm_int_or_auto,
+    "sglang": parse_sglang_int,
+}
+_KINDS: dict[type, FlagKind] = {int: "int", float: "float", str: "str"}
 
 
-def _float(option: str, *spellings: str, **kw: object) -> FlagSpec:
-    return FlagSpec(option=option, spellings=spellings, kind="float", **kw)  # type: ignore[arg-type]
+def _spec(option: Option, bool_flags: FlagKind) -> FlagSpec:
+    """The reader's spec of one declared option (its engine's declaration is the one source:
+    spellings, value syntax, bounds, choices and default)."""
+    kind: FlagKind = option.cli_kind or (bool_flags if option.kind is bool else _KINDS[option.kind])
+    low = option.cli_low if option.cli_low is not None else option.low
+    numeric = kind in ("int", "float")
+    return FlagSpec(
+        option=option.name,
+        spellings=option.spellings,
+        kind=kind,
+        parse_int=_INT_SYNTAX_PARSERS[option.int_syntax],
+        minimum=low if numeric else None,
+        minimum_exclusive=option.low_open and option.cli_low is None and numeric,
+        maximum=option.high if numeric else None,
+        choices=tuple(str(c) for c in option.choices) if kind == "str" else (),
+        default=option.default,
+        env=option.env,
+    )
 
 
-def _str(option: str, *spellings: str, **kw: object) -> FlagSpec:
-    return FlagSpec(option=option, spellings=spellings, kind="str", **kw)  # type: ignore[arg-type]
+def _derived(engine: str) -> tuple[FlagSpec, ...]:
+    """Every declared option of ``engine`` that has a flag, as the reader's specs."""
+    declared = REGISTRY[engine]
+    bool_flags: FlagKind = declared.bool_flags
+    return tuple(_spec(o, bool_flags) for o in declared.declared if o.spellings or o.env)
 
-
-# vLLM ModelConfig.dtype (ModelDType) and SGLang's --dtype choices are the same six words.
-_DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
 
 VLLM_FLAGS = EngineFlags(
     engine="vllm",
@@ -334,6 +402,7 @@ VLLM_FLAGS = EngineFlags(
         "data": "data_parallel_size",
     },
     underscores_as_dashes=True,
+    empty_means_unset=True,
     # vllm/envs.py: a max_model_len above the model's derived maximum is refused unless
     # VLLM_ALLOW_LONG_MAX_MODEL_LEN is "1" or "true".
     env_options=(
@@ -341,52 +410,7 @@ VLLM_FLAGS = EngineFlags(
             "VLLM_ALLOW_LONG_MAX_MODEL_LEN", "allow_long_max_model_len", frozenset({"1", "true"})
         ),
     ),
-    flags=(
-        _str("model", "--model"),
-        FlagSpec("served_model_name", ("--served-model-name",), "str_list"),
-        _int("tensor_parallel_size", "--tensor-parallel-size", "-tp", minimum=1, default=1),
-        _int("pipeline_parallel_size", "--pipeline-parallel-size", "-pp", minimum=1, default=1),
-        _int("data_parallel_size", "--data-parallel-size", "-dp", minimum=1, default=1),
-        FlagSpec(
-            "enable_expert_parallel",
-            ("--enable-expert-parallel", "-ep"),
-            "bool_optional",
-            default=False,
-        ),
-        _int("max_model_len", "--max-model-len", parse_int=parse_vllm_int_or_auto, minimum=-1),
-        # CacheConfig.gpu_memory_utilization: Field(gt=0, le=1); resolved at start-up (0.9
-        # unless the platform says otherwise), so no constant default here.
-        _float(
-            "gpu_memory_utilization",
-            "--gpu-memory-utilization",
-            "--device-memory-utilization",
-            minimum=0.0,
-            minimum_exclusive=True,
-            maximum=1.0,
-        ),
-        _int(
-            "kv_cache_memory_bytes", "--kv-cache-memory-bytes", parse_int=parse_vllm_int, minimum=0
-        ),
-        # CacheConfig.cache_dtype is a Literal plus str (platforms register more), so vLLM's
-        # parser takes any word here and validates it later.
-        _str("kv_cache_dtype", "--kv-cache-dtype", default="auto"),
-        _str("quantization", "--quantization", "-q"),
-        _str("dtype", "--dtype", choices=_DTYPES, default="auto"),
-        _int("max_num_seqs", "--max-num-seqs", minimum=1),
-        _int(
-            "max_num_batched_tokens",
-            "--max-num-batched-tokens",
-            parse_int=parse_vllm_int,
-            minimum=1,
-        ),
-        _int("block_size", "--block-size", minimum=1),
-        FlagSpec("enforce_eager", ("--enforce-eager",), "bool_optional", default=False),
-        FlagSpec("enable_lora", ("--enable-lora",), "bool_optional", default=False),
-        _int("max_loras", "--max-loras", minimum=1, default=1),
-        _int("max_lora_rank", "--max-lora-rank", minimum=1, default=16),
-        _float("cpu_offload_gb", "--cpu-offload-gb", minimum=0.0, default=0.0),
-        FlagSpec("trust_remote_code", ("--trust-remote-code",), "bool_optional", default=False),
-    ),
+    flags=_derived("vllm"),
     switches=frozenset(
         {
             "--enable-prefix-caching",
@@ -406,12 +430,10 @@ VLLM_FLAGS = EngineFlags(
             "--enable-force-include-usage",
             "--async-scheduling",
             "--no-async-scheduling",
-            "--enable-eplb",
             "--enable-dbo",
             "--headless",
             "--skip-tokenizer-init",
             "--enable-prompt-embeds",
-            "--fully-sharded-loras",
             "--disable-uvicorn-access-log",
             "--enable-request-id-headers",
             "--enable-tokenizer-info-endpoint",
@@ -434,58 +456,13 @@ SGLANG_FLAGS = EngineFlags(
             frozenset({"true", "1", "yes", "y"}),
         ),
     ),
-    flags=(
-        _str("model_path", "--model-path", "--model"),
-        _str("served_model_name", "--served-model-name"),
-        _int("tp_size", "--tp-size", "--tensor-parallel-size", "--tp", minimum=1, default=1),
-        _int("pp_size", "--pp-size", "--pipeline-parallel-size", minimum=1, default=1),
-        _int("dp_size", "--dp-size", "--data-parallel-size", "--dp", minimum=1, default=1),
-        _int("ep_size", "--ep-size", "--expert-parallel-size", "--ep", minimum=1, default=1),
-        _float(
-            "mem_fraction_static",
-            "--mem-fraction-static",
-            minimum=0.0,
-            minimum_exclusive=True,
-            maximum=1.0,
-        ),
-        _int("context_length", "--context-length", parse_int=parse_sglang_int, minimum=1),
-        _str(
-            "kv_cache_dtype",
-            "--kv-cache-dtype",
-            choices=(
-                "auto",
-                "fp8_e5m2",
-                "fp8_e4m3",
-                "mxfp8",
-                "bf16",
-                "bfloat16",
-                "nvfp4",
-                "fp4_mx_block16",
-            ),
-            default="auto",
-        ),
-        # -1 disables chunked prefill (fields/schedule.py), so the floor is -1.
-        _int("chunked_prefill_size", "--chunked-prefill-size", minimum=-1),
-        _int("max_running_requests", "--max-running-requests", minimum=1),
-        _int("max_total_tokens", "--max-total-tokens", parse_int=parse_sglang_int, minimum=1),
-        _int("max_prefill_tokens", "--max-prefill-tokens", parse_int=parse_sglang_int, minimum=1),
-        _int("page_size", "--page-size", minimum=1),
-        _str("quantization", "--quantization"),
-        _str("dtype", "--dtype", choices=_DTYPES, default="auto"),
-        FlagSpec("enable_lora", ("--enable-lora",), "switch", default=False),
-        _int("max_lora_rank", "--max-lora-rank", minimum=1),
-        _int("max_loras_per_batch", "--max-loras-per-batch", minimum=1, default=8),
-        _int("cpu_offload_gb", "--cpu-offload-gb", minimum=0, default=0),
-        FlagSpec("trust_remote_code", ("--trust-remote-code",), "switch", default=False),
-    ),
+    flags=_derived("sglang"),
     switches=frozenset(
         {
             "--enable-metrics",
             "--disable-radix-cache",
             "--enable-torch-compile",
-            "--disable-cuda-graph",
             "--disable-cuda-graph-padding",
-            "--enable-dp-attention",
             "--enable-dp-lm-head",
             "--enable-mixed-chunk",
             "--log-requests",
@@ -494,12 +471,10 @@ SGLANG_FLAGS = EngineFlags(
             "--disable-overlap-schedule",
             "--enable-p2p-check",
             "--disable-custom-all-reduce",
-            "--enable-hierarchical-cache",
             "--show-time-cost",
             "--allow-auto-truncate",
             "--is-embedding",
             "--enable-two-batch-overlap",
-            "--enable-eplb",
         }
     ),
 )

@@ -10,18 +10,23 @@ device plugin uses ``amd.com/gpu``. Kubernetes counts extended resources in whol
 container may give them in ``limits``, ``requests`` or both (equal), so limits are read first.
 
 The GPU product comes from the pod's ``nodeSelector`` or its required node affinity on GPU
-Feature Discovery's ``nvidia.com/gpu.product`` label (``docs/gpu-feature-discovery/README.md``).
-Required node-selector terms are ORed and the expressions inside a term ANDed, as in the
-Kubernetes scheduler; a term that does not constrain the product leaves it open.
+Feature Discovery's ``nvidia.com/gpu.product`` label (``docs/gpu-feature-discovery/README.md``)
+or a label a cloud or provisioner writes (GKE's ``cloud.google.com/gke-accelerator``, the
+instance type, Karpenter's GPU name: :mod:`.cloud_gpus`), translated to the product GPU
+Feature Discovery would name. Required node-selector terms are ORed and the expressions inside
+a term ANDed, as in the Kubernetes scheduler; the ``nodeSelector`` and the affinity must both
+hold; a term that does not constrain the product leaves it open, and so does an instance type
+the table does not know (its GPU could be any).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from service.workloads.cloud_gpus import GPU_PRODUCT_LABEL, exact_products, products_named
 from service.workloads.sources import ReadProblem
 
 __all__ = [
@@ -33,8 +38,6 @@ __all__ = [
     "mig_profile_nvml_name",
     "product_selector",
 ]
-
-GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 
 _WHOLE_GPU = "nvidia.com/gpu"
 _SHARED_GPU = "nvidia.com/gpu.shared"
@@ -140,10 +143,12 @@ class ProductSelector:
     """The GPU products a pod may be scheduled on, from its node selection."""
 
     values: tuple[str, ...]
-    """Allowed ``nvidia.com/gpu.product`` values; more than one when several are allowed."""
+    """Allowed products, as GPU Feature Discovery's ``nvidia.com/gpu.product`` names them
+    (a cloud's label translated; a value the table does not map kept as written); more than
+    one when several are allowed."""
     source: str
     excluded: tuple[str, ...] = ()
-    """Values a ``NotIn`` expression rules out."""
+    """Products a ``NotIn`` expression rules out."""
     label: str = GPU_PRODUCT_LABEL
 
     @property
@@ -152,7 +157,19 @@ class ProductSelector:
         return len(self.values) > 1
 
 
-def _term_products(term: object) -> tuple[list[str] | None, list[str]]:
+def _translated(key: str, value: str, products: tuple[str, ...]) -> str:
+    if key == GPU_PRODUCT_LABEL:
+        return ""
+    return f"{value} = {', '.join(products)}"
+
+
+def _intersect(allowed: list[str] | None, products: Sequence[str]) -> list[str]:
+    return (
+        list(dict.fromkeys(products)) if allowed is None else [v for v in allowed if v in products]
+    )
+
+
+def _term_products(term: object, notes: list[str]) -> tuple[list[str] | None, list[str]]:
     """(allowed products or None when the term leaves them open, excluded products)."""
     if not isinstance(term, Mapping):
         return None, []
@@ -162,15 +179,39 @@ def _term_products(term: object) -> tuple[list[str] | None, list[str]]:
     if not isinstance(expressions, list):
         return None, []
     for expression in expressions:
-        if not isinstance(expression, Mapping) or expression.get("key") != GPU_PRODUCT_LABEL:
+        if not isinstance(expression, Mapping) or not isinstance(expression.get("key"), str):
             continue
+        key = str(expression["key"])
         values = [v for v in expression.get("values") or [] if isinstance(v, str)]
+        named = [(v, products_named(key, v)) for v in values]
+        if not named or any(products is None for _, products in named):
+            continue  # not a GPU label, or an instance type the table does not know: open
+        products = [p for _, found in named for p in found or ()]
+        notes.extend(t for v, found in named if (t := _translated(key, v, found or ())))
         operator = expression.get("operator")
         if operator == "In":
-            allowed = values if allowed is None else [v for v in allowed if v in values]
-        elif operator == "NotIn":
-            excluded.extend(values)
+            allowed = _intersect(allowed, products)
+        elif operator == "NotIn" and exact_products(key):
+            excluded.extend(products)
     return allowed, excluded
+
+
+def _selector_products(selector: object, path: str) -> tuple[list[str] | None, list[str]]:
+    """(products the ``nodeSelector`` allows or None, where each was read)."""
+    if not isinstance(selector, Mapping):
+        return None, []
+    allowed: list[str] | None = None
+    sources: list[str] = []
+    for key, value in selector.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            continue
+        products = products_named(key, value)
+        if products is None:
+            continue
+        allowed = _intersect(allowed, products)
+        translated = _translated(key, value, products)
+        sources.append(f'{path}.nodeSelector["{key}"]' + (f" ({translated})" if translated else ""))
+    return allowed, sources
 
 
 def product_selector(
@@ -178,16 +219,13 @@ def product_selector(
 ) -> ProductSelector | None:
     """The products a pod spec pins it to, or None when it leaves the product open.
 
-    ``extra_terms`` adds required node-selector terms given outside a pod spec (the vLLM
-    production-stack chart's ``nodeSelectorTerms``), found at ``extra_path``.
+    Read from the ``nodeSelector`` and the required node affinity, on GPU Feature Discovery's
+    product label or any label `products_named` reads (GKE's accelerator, the instance type,
+    Karpenter's GPU name). ``extra_terms`` adds required node-selector terms given outside a
+    pod spec (the vLLM production-stack chart's ``nodeSelectorTerms``), found at ``extra_path``.
     """
     spec = pod_spec if isinstance(pod_spec, Mapping) else {}
-    from_selector: list[str] | None = None
-    sources: list[str] = []
-    selector = spec.get("nodeSelector")
-    if isinstance(selector, Mapping) and isinstance(selector.get(GPU_PRODUCT_LABEL), str):
-        from_selector = [str(selector[GPU_PRODUCT_LABEL])]
-        sources.append(f'{path}.nodeSelector["{GPU_PRODUCT_LABEL}"]')
+    from_selector, sources = _selector_products(spec.get("nodeSelector"), path)
 
     terms: object = extra_terms
     terms_path = extra_path
@@ -207,11 +245,12 @@ def product_selector(
             )
     from_affinity: list[str] | None = None
     excluded: list[str] = []
+    notes: list[str] = []
     if isinstance(terms, list) and terms:
         union: list[str] = []
         open_term = False
         for term in terms:
-            allowed, term_excluded = _term_products(term)
+            allowed, term_excluded = _term_products(term, notes)
             excluded.extend(term_excluded)
             if allowed is None:
                 open_term = True
@@ -219,7 +258,8 @@ def product_selector(
                 union.extend(v for v in allowed if v not in union)
         if not open_term:
             from_affinity = union
-            sources.append(terms_path)
+            notes = list(dict.fromkeys(notes))
+            sources.append(terms_path + (f" ({'; '.join(notes)})" if notes else ""))
 
     if from_selector is None and from_affinity is None:
         if excluded:

@@ -27,6 +27,14 @@ published API types:
   workload fields inline (``replicas``, ``parallelism.{tensor,pipeline,data,expert}``,
   ``template`` for the main pod, ``worker`` for multi-node) and ``spec.prefill`` for the
   prefill side of disaggregated serving. It runs vLLM.
+- AIBrix ``StormService`` and ``RayClusterFleet`` (:mod:`.aibrix`), KubeRay ``RayCluster`` and
+  ``RayService`` with its Ray Serve LLM configs (:mod:`.kuberay`), KAITO ``Workspace``
+  (:mod:`.kaito`), NVIDIA Dynamo ``DynamoGraphDeployment`` (:mod:`.dynamo`): their modules say
+  which fields are read.
+- The variables a controller sets in the pods it makes (LeaderWorkerSet's ``LWS_GROUP_SIZE``,
+  ``LWS_WORKER_INDEX``, ``LWS_LEADER_ADDRESS``; AIBrix's ``POD_GROUP_SIZE``, ...) take the
+  values the object gives them, so ``$(VAR)``, ``$VAR`` and shell arithmetic on them
+  (``$((LWS_GROUP_SIZE * DP_SIZE_LOCAL))``) read as the integers the engine receives.
 - The vLLM production-stack Helm values (vllm-project/production-stack
   ``helm/templates/deployment-vllm-multi.yaml`` and ``_helpers.tpl``): one Deployment per
   ``servingEngineSpec.modelSpec[]`` running ``vllm serve <modelURL>`` with flags from
@@ -42,15 +50,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from service.workloads.aibrix import read_ray_cluster_fleet, read_storm_service
 from service.workloads.controllers import (
     read_inference_service,
     read_llm_inference_service,
     read_production_stack,
 )
+from service.workloads.dynamo import read_dynamo_graph
+from service.workloads.kaito import read_workspace
+from service.workloads.kuberay import read_ray_cluster, read_ray_service
 from service.workloads.pods import (
     Collector,
     OtherContainer,
     PodTemplate,
+    Role,
     ServingWorkload,
     WorkloadReading,
     as_map,
@@ -62,6 +75,7 @@ from service.workloads.pods import (
     subtree,
 )
 from service.workloads.sources import ReadProblem, Sourced
+from service.workloads.training.kinds import serving_reader
 
 __all__ = [
     "OtherContainer",
@@ -74,6 +88,24 @@ __all__ = [
 # ---------------------------------------------------------------------------- kinds
 
 _DEFAULT_ONE = "default (Kubernetes: 1)"
+
+# llm-d's guides label each side of disaggregated serving ``llm-d.ai/role: prefill|decode`` on
+# the Deployment or LeaderWorkerSet and its pod template (llm-d/llm-d
+# ``guides/wide-ep-lws/manifests/modelserver/base/decode.yaml``, ``guides/pd-disaggregation``);
+# its inference scheduler routes on that label, so the pods carry the role they serve.
+_LLM_D_ROLE_LABEL = "llm-d.ai/role"
+_LLM_D_ROLES: Mapping[str, Role] = {"prefill": "prefill", "decode": "decode"}
+
+
+def _labelled_role(obj: Mapping[str, object], template_path: str, default: Role) -> Role:
+    """The llm-d role of the pods at ``template_path`` (a ``...spec``): their template's label,
+    else the object's; ``default`` when neither names one."""
+    template_labels = subtree(obj, template_path.rsplit(".", 1)[0] + ".metadata.labels")
+    for labels in (template_labels, subtree(obj, "metadata.labels")):
+        role = _LLM_D_ROLES.get(as_text(as_map(labels).get(_LLM_D_ROLE_LABEL)) or "")
+        if role is not None:
+            return role
+    return default
 
 
 def _read_pod_object(obj: Mapping[str, object], out: Collector) -> ReadProblem | None:
@@ -99,7 +131,12 @@ def _replicated(
         read_pod(
             out,
             PodTemplate(
-                out.kind, "main", template_path, spec, replicas, Sourced(1, "one pod per replica")
+                out.kind,
+                _labelled_role(obj, template_path, "main"),
+                template_path,
+                spec,
+                replicas,
+                Sourced(1, "one pod per replica"),
             ),
         )
         return None
@@ -131,7 +168,14 @@ def _read_lws(obj: Mapping[str, object], out: Collector) -> ReadProblem | None:
     read_pod(
         out,
         PodTemplate(
-            out.kind, "leader", leader_path, leader_spec, replicas, size, workers * worker_gpus
+            out.kind,
+            "leader" if leader is not None else _labelled_role(obj, leader_path, "leader"),
+            leader_path,
+            leader_spec,
+            replicas,
+            size,
+            workers * worker_gpus,
+            _lws_env(out, size, 0),
         ),
     )
     if leader is not None and workers:
@@ -145,9 +189,33 @@ def _read_lws(obj: Mapping[str, object], out: Collector) -> ReadProblem | None:
                 replicas,
                 size,
                 leader_gpus + (workers - 1) * worker_gpus,
+                _lws_env(out, size, 1),
             ),
         )
     return None
+
+
+def _lws_env(out: Collector, size: Sourced[int], index: int) -> dict[str, Sourced[str]]:
+    """The variables LeaderWorkerSet sets in every container (kubernetes-sigs/lws
+    ``pkg/utils/pod/pod_utils.go`` ``AddLWSVariables``; the reference table in
+    ``site/content/en/docs/reference/labels-annotations-and-environment-variables.md``), as
+    group 0 sees them: the worker template is read as its first worker (index 1)."""
+    env = {
+        "LWS_GROUP_SIZE": Sourced(str(size.value), f"LWS_GROUP_SIZE = {size.source}"),
+        "LWS_WORKER_INDEX": Sourced(
+            str(index),
+            "LWS_WORKER_INDEX = 0 (the leader)"
+            if index == 0
+            else "LWS_WORKER_INDEX = 1 (the first worker; each worker has its own)",
+        ),
+    }
+    if out.name:
+        # "<lws>-<group index>.<lws>.<namespace>", the leader's name behind the headless service.
+        address = f"{out.name}-0.{out.name}.{out.namespace or 'default'}"
+        env["LWS_LEADER_ADDRESS"] = Sourced(
+            address, "LWS_LEADER_ADDRESS = the group's leader (group 0), from metadata.name"
+        )
+    return env
 
 
 _Reader = Callable[[Mapping[str, object], Collector], "ReadProblem | None"]
@@ -164,27 +232,47 @@ _READERS: dict[str, _Reader] = {
     "LeaderWorkerSet": _read_lws,
     "InferenceService": read_inference_service,
     "LLMInferenceService": read_llm_inference_service,
+    "StormService": read_storm_service,
+    "DynamoGraphDeployment": read_dynamo_graph,
+    "RayClusterFleet": read_ray_cluster_fleet,
+    "RayCluster": read_ray_cluster,
+    "RayService": read_ray_service,
+    "Workspace": read_workspace,
+    "PyTorchJob": serving_reader("PyTorchJob"),
+    "JobSet": serving_reader("JobSet"),
+    "RayJob": serving_reader("RayJob"),
+    "Workload": serving_reader("Workload"),
 }
 PRODUCTION_STACK_KIND = "vllm-production-stack values"
 
 
-def read_workloads(obj: object) -> WorkloadReading | ReadProblem:
+def read_workloads(obj: object, *, kind: str | None = None) -> WorkloadReading | ReadProblem:
     """Read a Kubernetes object (or production-stack Helm values) into serving workloads.
+
+    ``kind`` is the kind the place the object came from implies, for objects that carry no
+    TypeMeta: decoding into a typed Go struct clears ``kind`` and ``apiVersion``
+    (k8s.io/apimachinery ``pkg/runtime/helper.go``, ``WithoutVersionDecoder``; discussed in
+    kubernetes/kubernetes#80609 and kubernetes/client-go#308), so the objects of an informer's
+    cache have neither, and kube-scheduler marshals the Pod of ``ExtenderArgs`` from that
+    cache. An object whose own ``kind`` differs from the implied one is refused.
 
     Never raises: what cannot be read as a workload gives a `ReadProblem` saying what is
     missing; a container that cannot be read gives a problem inside the `WorkloadReading`.
     """
     try:
-        return _read(obj)
+        return _read(obj, kind)
     except RecursionError:  # pragma: no cover - a pathological nesting depth
         return ReadProblem("object", "the object is nested too deeply to read")
 
 
-def _read(obj: object) -> WorkloadReading | ReadProblem:
+def _read(obj: object, implied: str | None) -> WorkloadReading | ReadProblem:
     if not isinstance(obj, Mapping):
         return ReadProblem("object", "expected a JSON object", "send a Kubernetes object")
-    kind = as_text(obj.get("kind"))
+    kind = as_text(obj.get("kind")) or None
     metadata = as_map(obj.get("metadata"))
+    if implied is not None and kind is not None and kind != implied:
+        return ReadProblem("kind", f"the object says kind {kind!r} where a {implied} is expected")
+    kind = kind or implied
     if kind is None and "servingEngineSpec" in obj:
         kind = PRODUCTION_STACK_KIND
         reader: _Reader | None = read_production_stack

@@ -21,6 +21,11 @@ labels", "MIG 'single' strategy", "MIG 'mixed' strategy"), the device plugin's R
   ``nvidia.com/mig-<profile>.count``, ``.memory``, ``.product``, ``.replicas`` and the slice
   labels (``mig-strategy.go``), while ``nvidia.com/gpu.*`` describe the parent GPUs.
 
+A node without GPU Feature Discovery's product label is read from its provider's labels
+(GKE's ``cloud.google.com/gke-accelerator``, ``node.kubernetes.io/instance-type``, Karpenter's
+``karpenter.k8s.aws/instance-gpu-name``; :mod:`.cloud_gpus`), as the product GPU Feature
+Discovery would have written.
+
 Sharing (device plugin README, "Shared Access to GPUs"): time-slicing does nothing to isolate
 the workloads given replicas of one GPU; each sees all of its memory and all share it, so a
 pod's memory is not reserved for it. MPS limits each client to an equal fraction of the
@@ -34,7 +39,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from service.workloads.cloud_gpus import node_product
 from service.workloads.gpus import mig_profile_nvml_name
+from service.workloads.quantities import memory_bytes
 from service.workloads.sources import ReadProblem, Sourced
 
 __all__ = ["MigDevices", "NodeGpus", "Sharing", "read_node"]
@@ -106,6 +113,8 @@ class NodeGpus:
     sharing: Sharing
     allocatable: Mapping[str, int] = field(default_factory=dict)
     """GPU resources the scheduler can hand out (``status.allocatable``)."""
+    memory_bytes: int | None = None
+    """Host memory the scheduler can hand out (``status.allocatable.memory``)."""
     driver_version: str | None = None
     labels_source: str = "metadata.labels"
 
@@ -195,12 +204,16 @@ def read_node(node: object) -> NodeGpus | ReadProblem:
         return ReadProblem("node", "expected a Node object or a mapping of labels")
     name: str | None = None
     allocatable: dict[str, int] = {}
+    host_memory: int | None = None
     if node.get("kind") == "Node" or "metadata" in node or "status" in node:
         metadata = node.get("metadata")
         metadata = metadata if isinstance(metadata, Mapping) else {}
         raw_labels = metadata.get("labels")
         name = metadata.get("name") if isinstance(metadata.get("name"), str) else None
         allocatable = _allocatable(node.get("status"))
+        status = node.get("status")
+        if isinstance(status, Mapping) and isinstance(status.get("allocatable"), Mapping):
+            host_memory = memory_bytes(status["allocatable"].get("memory"))
         where = "metadata.labels"
     else:
         raw_labels = node
@@ -213,6 +226,12 @@ def read_node(node: object) -> NodeGpus | ReadProblem:
 
     product_value = labels.get(f"{_PREFIX}gpu.product")
     product = Sourced(product_value, f'{where}["{_PREFIX}gpu.product"]') if product_value else None
+    if product is None:
+        # No GPU Feature Discovery: the provider's own labels (GKE, instance type, Karpenter).
+        found = node_product(labels, where)
+        if found is not None:
+            product_value = found[0]
+            product = Sourced(found[0], found[1])
     parent, profile, invalid, shared = _split_product(product_value or "")
 
     strategy_label = labels.get(f"{_PREFIX}mig.strategy")
@@ -288,6 +307,7 @@ def read_node(node: object) -> NodeGpus | ReadProblem:
         mig_devices=tuple(devices),
         sharing=_sharing(labels, f"{_PREFIX}gpu", where, shared),
         allocatable=allocatable,
+        memory_bytes=host_memory,
         driver_version=driver,
         labels_source=where,
     )

@@ -23,6 +23,7 @@ from service.workloads.engine_flags import Engine, OptionValue
 from service.workloads.gpus import GpuRequest, ProductSelector, gpu_requests
 from service.workloads.gpus import product_selector as read_product_selector
 from service.workloads.models import ModelRef
+from service.workloads.quantities import memory_bytes
 from service.workloads.sources import ReadProblem, Sourced, Token, WorkloadError
 
 __all__ = [
@@ -79,6 +80,8 @@ class ServingWorkload:
     annotations: Mapping[str, str] = field(default_factory=dict)
     """The object's own ``metadata`` labels and annotations (e.g. a webhook mode)."""
     notes: tuple[str, ...] = ()
+    memory_limit: Sourced[int] | None = None
+    """The container's ``resources.limits.memory`` in bytes: past it the kubelet kills it."""
 
     @property
     def options(self) -> Mapping[str, Sourced[OptionValue]]:
@@ -153,16 +156,26 @@ _K8S_REF = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
 
 
 def container_env(
-    container: Mapping[str, object], path: str
+    container: Mapping[str, object],
+    path: str,
+    injected: Mapping[str, Sourced[str]] | None = None,
 ) -> tuple[dict[str, Sourced[str]], list[str]]:
     """The container's ``env`` values (earlier entries expand into later ones), and notes on
-    the variables whose values live elsewhere (``valueFrom``, ``envFrom``)."""
-    env: dict[str, Sourced[str]] = {}
+    the variables whose values live elsewhere (``valueFrom``, ``envFrom``).
+
+    ``injected`` are the variables the controller puts first in every container's ``env``,
+    replacing the container's own entries of the same name (LeaderWorkerSet's
+    ``AddLWSVariables``, kubernetes-sigs/lws ``pkg/utils/pod/pod_utils.go``; AIBrix's
+    ``injectContainerEnvVars`` and PodSet built-ins)."""
+    env: dict[str, Sourced[str]] = dict(injected or {})
     notes: list[str] = []
     for index, entry in enumerate(as_list(container.get("env"))):
         item = as_map(entry)
         name = as_text(item.get("name"))
         if name is None:
+            continue
+        if injected and name in injected:
+            notes.append(f"env {name} at {path}.env[{index}] is replaced by the controller's")
             continue
         value = as_text(item.get("value"))
         if value is not None:
@@ -223,6 +236,9 @@ class PodTemplate:
     pods_per_group: Sourced[int]
     other_pods_gpus: int = 0
     """GPUs of the group's other pods (LWS workers, KServe multi-node workers)."""
+    injected_env: Mapping[str, Sourced[str]] = field(default_factory=dict)
+    """Variables the controller sets in every container of the pod (``LWS_GROUP_SIZE``, ...),
+    with the values the object gives them."""
 
 
 @dataclass
@@ -260,6 +276,7 @@ class Collector:
         model: ModelRef | None = None,
         product: ProductSelector | None = None,
         notes: Sequence[str] = (),
+        memory_limit: Sourced[int] | None = None,
     ) -> None:
         per_pod = gpus.count if gpus is not None else 0
         group = per_pod + pod.other_pods_gpus
@@ -294,6 +311,7 @@ class Collector:
                 else read_product_selector(pod.spec, pod.path),
                 labels=self.labels,
                 annotations=self.annotations,
+                memory_limit=memory_limit,
                 notes=tuple(notes) + command.notes,
             )
         )
@@ -333,7 +351,7 @@ def read_pod(out: Collector, pod: PodTemplate) -> None:
         path = f"{pod.path}.containers[{index}]"
         name = as_text(container.get("name"))
         gpus, gpu_notes = first_gpu(container.get("resources"), f"{path}.resources", out.problems)
-        env, env_notes = container_env(container, path)
+        env, env_notes = container_env(container, path, pod.injected_env)
         command_words = container_words(container, path, "command", env)
         arg_words = container_words(container, path, "args", env)
         try:
@@ -373,7 +391,16 @@ def read_pod(out: Collector, pod: PodTemplate) -> None:
             engine_source=engine_source,
             gpus=gpus,
             notes=notes,
+            memory_limit=container_memory_limit(container, path),
         )
+
+
+def container_memory_limit(container: Mapping[str, object], path: str) -> Sourced[int] | None:
+    """A container's ``resources.limits.memory`` in bytes (None: no limit, or not a
+    quantity)."""
+    raw = as_map(as_map(container.get("resources")).get("limits")).get("memory")
+    found = memory_bytes(raw)
+    return None if found is None else Sourced(found, f"{path}.resources.limits.memory")
 
 
 def subtree(obj: Mapping[str, object], path: str) -> Mapping[str, object] | None:

@@ -5,8 +5,10 @@ scripts with ``exec``, ``VAR=x cmd`` assignments, ``export``, ``&&`` chains (``r
 vllm serve …``), ``env``, and init wrappers such as ``tini --`` or ``dumb-init``. This module
 turns such a word list into the simple commands a shell would run, each with the variables in
 force, keeping for every word where it came from. It expands ``$VAR``, ``${VAR}`` and
-``${VAR:-default}`` from the variables it knows (the container's ``env``, earlier assignments)
-and leaves a reference it cannot resolve as written, so the caller can say which variable was
+``${VAR:-default}`` from the variables it knows (the container's ``env``, those its controller
+sets, earlier assignments), evaluates arithmetic ``$((...))`` on them
+(`service.workloads.arithmetic`: integers, ``+ - * / %``, bounded), and leaves a reference it
+cannot resolve as written (an expression as one word), so the caller can say which variable was
 missing. It does not run anything, follow ``if``/``for``, or read files a script sources.
 
 Splitting uses ``shlex`` in POSIX mode, one command at a time: a quote-aware pass first cuts
@@ -23,6 +25,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from service.workloads.arithmetic import MAX_LENGTH, evaluate
 from service.workloads.sources import Sourced, Token
 
 __all__ = ["SimpleCommand", "basename", "simple_commands", "split_command_string"]
@@ -99,16 +102,19 @@ def _run_script(script: Token, env: dict[str, Sourced[str]], depth: int) -> list
     """The simple commands of a script, expanding each with the variables set before it."""
     commands: list[SimpleCommand] = []
     index = 0
+    computed: dict[str, str] = {}
     for segment in _segments(script.text):
         words: list[Token] = []
         open_names: list[str] = []
-        for raw in shlex.split(_expand_all(segment, env)):
+        for raw in shlex.split(_expand_all(segment, env, computed)):
             text, names, open_names = _unmark(raw, open_names)
             source = f"{script.source} word {index}"
             index += 1
             if names:
                 refs = ", ".join(
-                    f"${name} from {env[name].source}"
+                    computed[name]
+                    if name in computed
+                    else f"${name} from {env[name].source}"
                     if name in env
                     else f"${name} unset, its default"
                     for name in names
@@ -240,8 +246,9 @@ def _segments(script: str) -> list[str]:
     return [segment for segment in segments if segment.strip()]
 
 
-def _expand_all(text: str, env: Mapping[str, Sourced[str]]) -> str:
-    """Expand variable references outside single quotes, escaped for the ``shlex`` split."""
+def _expand_all(text: str, env: Mapping[str, Sourced[str]], computed: dict[str, str]) -> str:
+    """Expand variable references and arithmetic outside single quotes, escaped for the
+    ``shlex`` split; ``computed`` collects how each arithmetic result was reached."""
     out: list[str] = []
     i, n = 0, len(text)
     quote: str | None = None
@@ -261,6 +268,12 @@ def _expand_all(text: str, env: Mapping[str, Sourced[str]]) -> str:
                 out.append(text[i : i + 2])
             i += 2
             continue
+        if char == "$" and text.startswith("((", i + 1):
+            consumed, replacement = _arithmetic(text, i, env, computed, quoted=quote == '"')
+            if consumed:
+                out.append(replacement)
+                i += consumed
+                continue
         if char == "$" and i + 1 < n:
             consumed, replacement = _expand(text, i, env, quoted=quote == '"')
             if consumed:
@@ -310,6 +323,52 @@ def _expand(
         return consumed, script[start : start + consumed]
     escaped = _escape(value, quoted=quoted)
     return consumed, f"{_OPEN}{name}{_MID}{escaped}{_CLOSE}"
+
+
+def _arithmetic_end(script: str, start: int) -> int | None:
+    """The index just past the ``))`` closing the ``$((`` at ``start``, or None."""
+    depth = 0
+    limit = min(len(script), start + 3 + 2 * MAX_LENGTH)
+    i = start + 3
+    while i < limit:
+        char = script[i]
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            if depth == 0:
+                return i + 2 if script.startswith("))", i) else None
+            depth -= 1
+        i += 1
+    return None
+
+
+def _arithmetic(
+    script: str,
+    start: int,
+    env: Mapping[str, Sourced[str]],
+    computed: dict[str, str],
+    *,
+    quoted: bool,
+) -> tuple[int, str]:
+    """Expand the ``$((...))`` at ``start`` (`service.workloads.arithmetic`): (characters
+    consumed, replacement). One it cannot evaluate stays as written, as one word."""
+    end = _arithmetic_end(script, start)
+    if end is None:
+        return 0, ""
+    literal = script[start:end]
+    found = evaluate(script[start + 3 : end - 2], lambda name: _value(env, name))
+    if found is None:
+        escaped = _escape(literal, quoted=quoted)
+        return len(literal), escaped if quoted else re.sub(r"(\s)", r"\\\1", escaped)
+    key = f"(({len(computed)}))"
+    reads = ", ".join(f"{name} from {env[name].source}" for name in found.names)
+    computed[key] = f"{literal} = {found.value}" + (f" ({reads})" if reads else "")
+    return len(literal), f"{_OPEN}{key}{_MID}{found.value}{_CLOSE}"
+
+
+def _value(env: Mapping[str, Sourced[str]], name: str) -> str | None:
+    read = env.get(name)
+    return None if read is None else read.value
 
 
 def _escape(value: str, *, quoted: bool) -> str:

@@ -34,16 +34,28 @@ class Token:
 
 @dataclass(frozen=True)
 class ReadProblem:
-    """Why an input could not be read: the field at fault, what was wrong, how to fix it."""
+    """Why an input could not be read: the field at fault, what was wrong, how to fix it.
+
+    ``pod_detail`` and ``pod_fix`` say it to a Pod's author, where ``detail`` and ``fix`` name
+    fields of the service's own requests (``hf_config``, ``gpu_memory_bytes``) that a Pod
+    cannot set: admission warnings and extender errors use `pod_message`."""
 
     field: str
     detail: str
     fix: str | None = None
+    pod_detail: str | None = None
+    pod_fix: str | None = None
 
     def message(self) -> str:
         """One line for a log, a warning or a problem document's ``detail``."""
         text = f"{self.field}: {self.detail}"
         return f"{text} ({self.fix})" if self.fix else text
+
+    def pod_message(self) -> str:
+        """`message` as a Pod's author can act on it (admission, the scheduler extender)."""
+        text = f"{self.field}: {self.pod_detail or self.detail}"
+        fix = self.pod_fix or self.fix
+        return f"{text} ({fix})" if fix else text
 
 
 class WorkloadError(ValueError):

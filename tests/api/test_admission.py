@@ -125,8 +125,9 @@ def test_an_unpinned_pod_is_allowed_with_the_products_it_fits_on(client: TestCli
     response = admit(client, review(obj))
     assert response["allowed"] is True
     (warning,) = response["warnings"]
-    assert "no GPU product pinned; fits on " in warning
-    named = warning.split("fits on ", 1)[1].split(" and ")[0].split(", ")
+    # Said as the nodeSelector that pins them.
+    assert "no GPU product pinned; fits on nodeSelector nvidia.com/gpu.product: " in warning
+    named = warning.split("nvidia.com/gpu.product: ", 1)[1].split(" and ")[0].split(", ")
     for label in named:
         body = {
             "model": LLAMA_8B,
@@ -205,3 +206,89 @@ def test_delete_and_connect_are_allowed_untouched(client: TestClient) -> None:
     body = review(gpu_pod(*TOO_BIG, annotations={MODE_KEY: "deny"}), operation="DELETE")
     body["request"]["object"] = None
     assert admit(client, body) == {"uid": "0d3f-uid", "allowed": True}
+
+
+# ---------------------------------------------------------------------------- issue 25
+
+
+LLAMA_70B = "meta-llama/Llama-3.3-70B-Instruct"
+
+
+def _gke_l4_pod(**metadata: Any) -> Any:
+    """A 70B on one L4, pinned the way every GKE tutorial pins it."""
+    spec = k8s.V1PodSpec(
+        containers=[
+            container(
+                "vllm",
+                args=[LLAMA_70B, "--max-model-len", "4096"],
+                gpus={"nvidia.com/gpu": "1"},
+            )
+        ],
+        node_selector={"cloud.google.com/gke-accelerator": "nvidia-l4"},
+    )
+    meta = k8s.V1ObjectMeta(name="llama", namespace="ml", **metadata)
+    return to_json(k8s.V1Pod(api_version="v1", kind="Pod", metadata=meta, spec=spec))
+
+
+def test_a_pod_pinned_by_gke_accelerator_is_judged_and_denied_in_deny_mode(
+    client: TestClient,
+) -> None:
+    # The premise: 70.6e9 bf16 parameters (141 GB) do not fit one L4 (23034 MiB).
+    assert not fits(client, {"model": LLAMA_70B, "engine": "vllm", "gpu": "l4"})
+    response = admit(client, review(_gke_l4_pod(annotations={MODE_KEY: "deny"})))
+    assert response["allowed"] is False and response["status"]["code"] == 403
+    assert "NVIDIA-L4" in response["status"]["message"]
+    warned = admit(client, review(_gke_l4_pod()))
+    assert warned["allowed"] is True
+    assert any("does not fit NVIDIA-L4" in w for w in warned["warnings"])
+
+
+def test_an_object_without_typemeta_is_read_as_the_request_kind(client: TestClient) -> None:
+    obj = gpu_pod(*TOO_BIG, annotations={MODE_KEY: "deny"})
+    bare = {k: v for k, v in obj.items() if k not in ("kind", "apiVersion")}
+    assert admit(client, review(bare))["allowed"] is False
+
+
+def _metric(text: str, name: str, **labels: str) -> float:
+    wanted = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    for line in text.splitlines():
+        head, _, value = line.rpartition(" ")
+        if (
+            head.startswith(name + "{")
+            and ",".join(sorted(head[len(name) + 1 : -1].split(","))) == wanted
+        ):
+            return float(value)
+    return 0.0
+
+
+def test_allows_warnings_and_denials_are_counted(client: TestClient) -> None:
+    before = client.get("/metrics").text
+    admit(client, review(gpu_pod(*TOO_BIG, annotations={MODE_KEY: "deny"})))
+    admit(client, review(gpu_pod(*TOO_BIG)))
+    admit(client, review(to_json(pod(k8s.V1Container(name="web", image="nginx:1.27")))))
+    admit(client, b"{not json")
+    after = client.get("/metrics").text
+
+    def delta(name: str, **labels: str) -> float:
+        return _metric(after, name, **labels) - _metric(before, name, **labels)
+
+    reviews = "llmmem_admission_reviews_total"
+    assert delta(reviews, mode="warn", decision="denied") == 1
+    assert delta(reviews, mode="warn", decision="warned") == 1
+    assert delta(reviews, mode="warn", decision="skipped") == 1
+    assert delta(reviews, mode="warn", decision="unreadable") == 1
+    assert delta("llmmem_admission_container_verdicts_total", verdict="does_not_fit") == 2
+
+
+def test_a_model_read_from_its_name_is_never_denied(client: TestClient) -> None:
+    # unsloth's re-upload of Llama-3.1-8B-Instruct on one L4 does not fit, as the catalog
+    # model it mirrors does not (TOO_BIG); the alias rules read the name, so deny mode allows
+    # it and says why.
+    mirror = "unsloth/Llama-3.1-8B-Instruct"
+    assert not fits(client, {"model": mirror, "engine": "vllm", "gpu": "l4"})
+    obj = gpu_pod([mirror], "NVIDIA-L4", annotations={MODE_KEY: "deny"})
+    response = admit(client, review(obj))
+    assert response["allowed"] is True
+    assert any(
+        "not denied" in w and "alias rules" in w and len(w) <= 256 for w in response["warnings"]
+    )

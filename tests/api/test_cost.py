@@ -97,7 +97,7 @@ def test_a_batch_over_budget_is_refused_before_any_estimate_runs() -> None:
         assert body["errors"][0]["field"] == "items"
         assert "5120" in body["detail"] and "4096" in body["detail"]
         metrics = client.get("/metrics").text
-        assert "estimates_total{" not in metrics
+        assert "llmmem_estimates_total{" not in metrics
         # Four of them fit the same budget and are answered.
         ok = client.post("/v1/estimate/batch", json={"items": items[:4]})
         assert ok.status_code == 200 and ok.json()["succeeded"] == 4

@@ -16,7 +16,7 @@ import pytest
 from fastapi.testclient import TestClient
 from kubernetes import client as k8s
 
-from tests.api.k8s_objects import container, node, pod, to_json
+from tests.api.k8s_objects import container, node, pod, pod_spec, product_affinity, to_json
 
 LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct"
 QWEN_32B = "deepseek-ai/DeepSeek-R1-Distill-Qwen-32B"
@@ -166,11 +166,30 @@ def test_mps_replicas_are_judged_on_their_share(client: TestClient) -> None:
     assert passing(result) == {"own"} and "mps" in result["FailedAndUnresolvableNodes"]
 
 
-def test_node_names_only_pass_through(client: TestClient) -> None:
+def test_node_names_only_from_an_unpinned_pod_is_an_error_naming_the_fix(
+    client: TestClient,
+) -> None:
+    """kube-scheduler reads NodeNames when it sent them, and a missing list as "no node
+    passes" (pkg/scheduler/extender.go Filter): the names come back, with Error saying why
+    none was judged."""
     body = args(gpu_pod(ARGS_8B), NODES, names_only=True)
     result = filter_(client, body)
     assert result["NodeNames"] == list(NODES) and result["Nodes"] is None
-    assert set(scores(client, body).values()) == {0}
+    assert "names_only_unpinned" in result["Error"] and "nodeCacheCapable: false" in result["Error"]
+    assert result["FailedNodes"] == {} and result["FailedAndUnresolvableNodes"] == {}
+    refused = client.post("/v1/extender/prioritize", json=body)
+    assert refused.status_code == 422, refused.text[:400]
+    assert refused.headers["content-type"] == "application/problem+json"
+    assert refused.json()["errors"][0]["field"] == "NodeNames"
+
+
+def test_a_pod_without_gpus_is_none_of_the_extenders_business_even_names_only(
+    client: TestClient,
+) -> None:
+    web = pod(k8s.V1Container(name="web", image="nginx:1.27"))
+    result = filter_(client, args(web, NODES, names_only=True))
+    assert result["NodeNames"] == list(NODES) and result["Error"] == ""
+    assert set(scores(client, args(web, NODES, names_only=True)).values()) == {0}
 
 
 def test_a_pod_without_gpus_passes_everywhere(client: TestClient) -> None:
@@ -209,3 +228,190 @@ def test_a_body_that_is_not_json_is_a_400(client: TestClient) -> None:
     response = client.post("/v1/extender/filter", content=b"{not json")
     assert response.status_code == 400
     assert response.headers["content-type"] == "application/problem+json"
+
+
+# ---------------------------------------------------------------------------- issue 25 item 1
+
+# The Pod of the issue, as kube-scheduler marshals it from its informer cache: no kind, no
+# apiVersion (decoding into a typed struct clears them: k8s.io/apimachinery
+# pkg/runtime/helper.go WithoutVersionDecoder), quantities as strings.
+LLAMA_70B = "meta-llama/Llama-3.3-70B-Instruct"
+ARGS_70B = [f"--model={LLAMA_70B}", "--tensor-parallel-size=2", "--max-model-len=4096"]
+ESTIMATE_70B = {
+    "model": LLAMA_70B,
+    "engine": "vllm",
+    "tensor_parallel_size": 2,
+    "gpu_count": 2,
+    "engine_options": {"max_model_len": 4096, "version": "0.19.0"},
+}
+L4_AND_H100 = {"l4": NODES["l4"], "h100": NODES["h100"]}
+
+
+def informer_pod(*containers: Any, node_selector: dict[str, str] | None = None) -> Any:
+    """A V1Pod as an informer holds it: TypeMeta empty, so the client omits both keys."""
+    obj = k8s.V1Pod(
+        metadata=k8s.V1ObjectMeta(name="llama-70b", namespace="ml", uid="5f1c-uid"),
+        spec=k8s.V1PodSpec(containers=list(containers), node_selector=node_selector),
+    )
+    serialized = to_json(obj)
+    assert "kind" not in serialized and "apiVersion" not in serialized
+    return obj
+
+
+def llama_70b(**selector: str) -> Any:
+    return informer_pod(
+        container(
+            "vllm", image="vllm/vllm-openai:v0.19.0", args=ARGS_70B, gpus={"nvidia.com/gpu": "2"}
+        ),
+        node_selector=selector or None,
+    )
+
+
+def fit_70b(client: TestClient, gpu: str) -> dict[str, Any]:
+    response = client.post("/v1/estimate/inference", json={**ESTIMATE_70B, "gpu": gpu})
+    assert response.status_code == 200, response.text[:400]
+    return response.json()["fit"]  # type: ignore[no-any-return]
+
+
+def test_the_issue_pod_keeps_the_h100_node_and_fails_the_l4_one_with_its_reason(
+    client: TestClient,
+) -> None:
+    # The premise, by hand: Llama-3.3-70B holds 70.6e9 parameters (its model card), 141 GB in
+    # bf16; at TP 2 each GPU holds about 70 GB: more than an L4 (23034 MiB, 24.2 GB), less
+    # than an H100 (81559 MiB, 85.5 GB).
+    assert 70.6e9 * 2 / 2 > 23034 * 2**20 and 70.6e9 * 2 / 2 < 81559 * 2**20
+    assert not fit_70b(client, "l4")["fits"] and fit_70b(client, "h100-sxm-80gb")["fits"]
+    result = filter_(client, args(llama_70b(), L4_AND_H100))
+    assert passing(result) == {"h100"}
+    reason = result["FailedAndUnresolvableNodes"]["l4"]
+    assert reason.startswith("GPU too small for this model on NVIDIA-L4: weights_exceed_memory")
+    assert result["FailedNodes"] == {} and result["Error"] == ""
+    got = scores(client, args(llama_70b(), L4_AND_H100))
+    fit = fit_70b(client, "h100-sxm-80gb")
+    assert got == {
+        "l4": 0,
+        "h100": max(1, math.floor(10 * fit["required_bytes"] / fit["usable_bytes"])),
+    }
+
+
+def test_a_pod_that_says_another_kind_is_refused_in_error(client: TestClient) -> None:
+    body = args(llama_70b(), L4_AND_H100)
+    body["Pod"] = {**body["Pod"], "kind": "Deployment"}
+    result = filter_(client, body)
+    assert "pod_unreadable" in result["Error"] and "Deployment" in result["Error"]
+    assert passing(result) == set(L4_AND_H100)  # every node handed back as it came
+    assert client.post("/v1/extender/prioritize", json=body).status_code == 422
+
+
+def test_a_pod_whose_model_cannot_be_named_is_refused_in_error(client: TestClient) -> None:
+    unnamed = informer_pod(
+        container(
+            "vllm",
+            args=["/mnt/models/llama", "--max-model-len", "4096"],
+            gpus={"nvidia.com/gpu": "1"},
+        )
+    )
+    result = filter_(client, args(unnamed, L4_AND_H100))
+    assert "model_unresolved" in result["Error"] and "/mnt/models/llama" in result["Error"]
+    assert passing(result) == set(L4_AND_H100) and result["FailedAndUnresolvableNodes"] == {}
+
+
+def test_when_no_node_names_its_gpu_the_refusal_is_in_error(client: TestClient) -> None:
+    result = filter_(client, args(llama_70b(), {"a": NODES["cpu"], "b": {}}))
+    assert "nodes_unlabelled" in result["Error"] and passing(result) == {"a", "b"}
+    assert (
+        client.post("/v1/extender/prioritize", json=args(llama_70b(), {"a": {}})).status_code == 422
+    )
+
+
+# ---------------------------------------------------------------------------- issue 25 item 2
+
+
+def test_names_only_judges_the_gpu_the_pod_pins(client: TestClient) -> None:
+    """The default filters enforce the node selection before extenders run, so every
+    candidate carries the pinned product: the pod is judged on it."""
+    pinned_l4 = args(llama_70b(**{"nvidia.com/gpu.product": "NVIDIA-L4"}), NODES, names_only=True)
+    result = filter_(client, pinned_l4)
+    assert result["NodeNames"] == [] and result["Error"] == ""
+    assert set(result["FailedAndUnresolvableNodes"]) == set(NODES)
+    assert all("NVIDIA-L4" in r for r in result["FailedAndUnresolvableNodes"].values())
+    assert set(scores(client, pinned_l4).values()) == {0}
+    pinned_h100 = args(
+        llama_70b(**{"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}), NODES, names_only=True
+    )
+    result = filter_(client, pinned_h100)
+    assert result["NodeNames"] == list(NODES) and result["FailedAndUnresolvableNodes"] == {}
+    fit = fit_70b(client, "h100-sxm-80gb")
+    tight = max(1, math.floor(10 * fit["required_bytes"] / fit["usable_bytes"]))
+    assert set(scores(client, pinned_h100).values()) == {tight}
+
+
+def test_names_only_with_products_it_fits_only_in_part_is_an_error(client: TestClient) -> None:
+    spec = pod_spec(
+        container(
+            "vllm", image="vllm/vllm-openai:v0.19.0", args=ARGS_70B, gpus={"nvidia.com/gpu": "2"}
+        ),
+        affinity=product_affinity(["NVIDIA-L4", "NVIDIA-H100-80GB-HBM3"]),
+    )
+    obj = k8s.V1Pod(metadata=k8s.V1ObjectMeta(name="p"), spec=spec)
+    body = args(obj, NODES, names_only=True)
+    result = filter_(client, body)
+    assert "names_only_several_products" in result["Error"]
+    assert result["NodeNames"] == list(NODES)
+    assert client.post("/v1/extender/prioritize", json=body).status_code == 422
+
+
+# ---------------------------------------------------------------------------- counted
+
+
+def _counter(metrics: str, name: str, **labels: str) -> float:
+    wanted = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    for line in metrics.splitlines():
+        head, _, value = line.rpartition(" ")
+        if head.startswith(name + "{"):
+            got = ",".join(sorted(head[len(name) + 1 : -1].split(",")))
+            if got == wanted:
+                return float(value)
+    return 0.0
+
+
+def test_every_answer_and_refusal_is_counted(client: TestClient) -> None:
+    name = "llmmem_extender_"
+    before = client.get("/metrics").text
+    filter_(client, args(llama_70b(), L4_AND_H100))
+    filter_(client, args(gpu_pod(ARGS_8B), NODES, names_only=True))
+    client.post("/v1/extender/prioritize", json=args(gpu_pod(ARGS_8B), NODES, names_only=True))
+    filter_(client, args(pod(k8s.V1Container(name="web", image="nginx:1.27")), NODES))
+    after = client.get("/metrics").text
+
+    def delta(metric: str, **labels: str) -> float:
+        return _counter(after, name + metric, **labels) - _counter(before, name + metric, **labels)
+
+    assert delta("requests_total", verb="filter", outcome="judged") == 1
+    assert delta("requests_total", verb="filter", outcome="refused") == 1
+    assert delta("requests_total", verb="filter", outcome="not_applicable") == 1
+    assert delta("requests_total", verb="prioritize", outcome="refused") == 1
+    assert delta("refusals_total", verb="filter", reason="names_only_unpinned") == 1
+    assert delta("refusals_total", verb="prioritize", reason="names_only_unpinned") == 1
+    assert delta("nodes_total", verb="filter", verdict="fits") == 1
+    assert delta("nodes_total", verb="filter", verdict="does_not_fit") == 1
+
+
+# ---------------------------------------------------------------------------- issue 25 item 9
+
+
+def test_nodes_named_only_by_their_cloud_labels_are_judged(client: TestClient) -> None:
+    nodes = {
+        "gke-l4": {"cloud.google.com/gke-accelerator": "nvidia-l4"},
+        "eks-p5": {"node.kubernetes.io/instance-type": "p5.48xlarge"},
+        "aks-a100": {"node.kubernetes.io/instance-type": "Standard_NC24ads_A100_v4"},
+    }
+    expected = {
+        "gke-l4": fit_70b(client, "l4")["fits"],
+        "eks-p5": fit_70b(client, "h100-sxm-80gb")["fits"],
+        "aks-a100": fit_70b(client, "a100-pcie-80gb")["fits"],
+    }
+    assert expected == {"gke-l4": False, "eks-p5": True, "aks-a100": True}
+    result = filter_(client, args(llama_70b(), nodes))
+    assert passing(result) == {"eks-p5", "aks-a100"}
+    assert "NVIDIA-L4" in result["FailedAndUnresolvableNodes"]["gke-l4"]

@@ -7,6 +7,8 @@ import re
 from fastapi.testclient import TestClient
 
 from service.app import create_app
+from service.catalog.gpu_catalog import load_gpu_catalog
+from service.catalog.model_catalog import load_model_catalog
 from service.settings import Settings
 
 PROBLEM = "application/problem+json"
@@ -21,7 +23,11 @@ def test_healthz(client: TestClient) -> None:
 def test_readyz_reports_loaded_catalogs(client: TestClient) -> None:
     body = client.get("/readyz").json()
     assert body["status"] == "ready"
-    assert body["gpus"] >= 25 and body["models"] >= 40
+    # What the catalogs hold, counted from their own files: every record loaded, none lost.
+    gpus = load_gpu_catalog()
+    models = load_model_catalog()
+    assert body["gpus"] == len(gpus.all()) >= 55
+    assert body["models"] == len(models.all()) >= 473
 
 
 def test_readyz_is_503_before_startup() -> None:
@@ -54,7 +60,7 @@ def test_metrics_label_by_route_template_not_raw_path(client: TestClient) -> Non
     assert 'route="/v1/gpus/{gpu_id}"' in text
     assert "no-such-gpu" not in text and "/no/such/path" not in text
     assert re.search(
-        r'http_requests_total\{method="GET",route="unmatched",status="404"\} [2-9]', text
+        r'llmmem_http_requests_total\{method="GET",route="unmatched",status="404"\} [2-9]', text
     )
     assert "http_request_duration_seconds_bucket" in text
     assert "process_resident_memory_bytes" in text
@@ -128,4 +134,6 @@ def test_unexpected_exception_is_a_500_problem_without_trace() -> None:
     assert response.headers["content-type"].startswith(PROBLEM)
     assert "secret" not in response.text and "Traceback" not in response.text
     assert "x-request-id" in response.headers
-    assert re.search(r'http_requests_total\{method="GET",route="/boom",status="500"\} 1', metrics)
+    assert re.search(
+        r'llmmem_http_requests_total\{method="GET",route="/boom",status="500"\} 1', metrics
+    )

@@ -42,8 +42,8 @@ def test_repeat_replays_the_same_bytes_with_its_own_request_id(fresh: TestClient
     assert first.headers["content-type"] == second.headers["content-type"]
     assert first.headers["x-request-id"] != second.headers["x-request-id"]
     metrics = fresh.get("/metrics").text
-    assert _counter(metrics, "estimate_cache_total", 'result="miss"') == 1
-    assert _counter(metrics, "estimate_cache_total", 'result="hit"') == 1
+    assert _counter(metrics, "llmmem_estimate_cache_total", 'result="miss"') == 1
+    assert _counter(metrics, "llmmem_estimate_cache_total", 'result="hit"') == 1
 
 
 def test_a_hit_counts_in_the_domain_and_http_metrics(fresh: TestClient) -> None:
@@ -51,13 +51,13 @@ def test_a_hit_counts_in_the_domain_and_http_metrics(fresh: TestClient) -> None:
         assert fresh.post(INFERENCE, content=BODY).status_code == 200
     metrics = fresh.get("/metrics").text
     labels = 'kind="inference",estimator="detailed",engine="vllm"'
-    assert _counter(metrics, "estimates_total", labels) == 3
+    assert _counter(metrics, "llmmem_estimates_total", labels) == 3
     fits = fresh.post(INFERENCE, content=BODY).json()["fit"]["fits"]
     outcome = f'kind="inference",fits="{str(fits).lower()}"'
-    assert _counter(fresh.get("/metrics").text, "fit_outcomes_total", outcome) == 4
+    assert _counter(fresh.get("/metrics").text, "llmmem_fit_outcomes_total", outcome) == 4
     # The hits are labelled by their route template, not "unmatched".
     http = f'method="POST",route="{INFERENCE}",status="200"'
-    assert _counter(fresh.get("/metrics").text, "http_requests_total", http) == 4
+    assert _counter(fresh.get("/metrics").text, "llmmem_http_requests_total", http) == 4
 
 
 def test_different_bytes_are_a_different_entry(fresh: TestClient) -> None:
@@ -65,7 +65,9 @@ def test_different_bytes_are_a_different_entry(fresh: TestClient) -> None:
     b = fresh.post(INFERENCE, content=BODY.replace(b", ", b","))
     assert a.content == b.content  # same request, so the same answer ...
     metrics = fresh.get("/metrics").text
-    assert _counter(metrics, "estimate_cache_total", 'result="miss"') == 2  # ... computed twice
+    assert (
+        _counter(metrics, "llmmem_estimate_cache_total", 'result="miss"') == 2
+    )  # ... computed twice
 
 
 def test_errors_are_never_stored(fresh: TestClient) -> None:
@@ -73,7 +75,7 @@ def test_errors_are_never_stored(fresh: TestClient) -> None:
     for _ in range(2):
         assert fresh.post(INFERENCE, content=bad).status_code == 404
     metrics = fresh.get("/metrics").text
-    assert _counter(metrics, "estimate_cache_total", 'result="hit"') == 0
+    assert _counter(metrics, "llmmem_estimate_cache_total", 'result="hit"') == 0
 
 
 def test_the_cache_stays_within_its_byte_budget() -> None:
@@ -86,14 +88,14 @@ def test_the_cache_stays_within_its_byte_budget() -> None:
         cache = _find_cache(app)
         assert 0 < len(cache.entries) < 8
         assert cache.size == sum(e.size for e in cache.entries.values()) <= budget
-        gauge = _counter(c.get("/metrics").text, "estimate_response_cache_bytes", "")
+        gauge = _counter(c.get("/metrics").text, "llmmem_estimate_response_cache_bytes", "")
         assert gauge == cache.size
         # The most recent answer is still there; the first was evicted.
         c.post(INFERENCE, json={"model": "meta-llama/Llama-3.1-8B-Instruct", "batch_size": 8})
         c.post(INFERENCE, json={"model": "meta-llama/Llama-3.1-8B-Instruct", "batch_size": 1})
         metrics = c.get("/metrics").text
-    assert _counter(metrics, "estimate_cache_total", 'result="hit"') == 1
-    assert _counter(metrics, "estimate_cache_total", 'result="miss"') == 9
+    assert _counter(metrics, "llmmem_estimate_cache_total", 'result="hit"') == 1
+    assert _counter(metrics, "llmmem_estimate_cache_total", 'result="miss"') == 9
 
 
 def test_zero_bytes_turns_it_off() -> None:
@@ -101,7 +103,7 @@ def test_zero_bytes_turns_it_off() -> None:
         first, second = c.post(INFERENCE, content=BODY), c.post(INFERENCE, content=BODY)
         metrics = c.get("/metrics").text
     assert first.content == second.content
-    assert "estimate_cache_total{" not in metrics
+    assert "llmmem_estimate_cache_total{" not in metrics
 
 
 def test_large_bodies_are_computed_not_stored() -> None:
@@ -111,7 +113,7 @@ def test_large_bodies_are_computed_not_stored() -> None:
         for _ in range(2):
             assert c.post(INFERENCE, content=padded).status_code == 200
         metrics = c.get("/metrics").text
-    assert _counter(metrics, "estimate_cache_total", 'result="hit"') == 0
+    assert _counter(metrics, "llmmem_estimate_cache_total", 'result="hit"') == 0
 
 
 def test_a_streamed_body_over_the_limit_is_still_413() -> None:
@@ -136,7 +138,7 @@ def test_a_catalog_reload_never_replays_an_old_answer(fresh: TestClient) -> None
     load_catalogs(app, app.state.settings)  # type: ignore[attr-defined]
     fresh.post(INFERENCE, content=BODY)
     metrics = fresh.get("/metrics").text
-    assert _counter(metrics, "estimate_cache_total", 'result="miss"') == 2
+    assert _counter(metrics, "llmmem_estimate_cache_total", 'result="miss"') == 2
 
 
 def _find_cache(app: object) -> object:

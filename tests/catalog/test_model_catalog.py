@@ -311,7 +311,8 @@ def test_sources_are_public_references(catalog) -> None:
     """A source names a public repository file or model card, never a path of a build machine
     or an internal search-index id."""
     assert _NOT_PUBLIC.search("copied from /srv/data/model_configs.json")
-    assert _NOT_PUBLIC.search("a fixture (code index id 19371423160)")
+    assert _NOT_PUBLIC.search("a fixture (search index id 0)")
+    assert _NOT_PUBLIC.search("read from id 123456 of a search tool")
     assert not _NOT_PUBLIC.search("https://huggingface.co/x/y/blob/main/config.json")
     for entry in catalog.all():
         assert not _NOT_PUBLIC.search(entry.source), entry.id

@@ -14,6 +14,7 @@ from tests.deploy.support import K8S_DIR, KUBERNETES_VERSION, OVERLAYS, one, ren
 # Custom resources have no bundled schema; they may only warn.
 CUSTOM_KINDS = {
     ("monitoring.coreos.com/v1", "ServiceMonitor"),
+    ("monitoring.coreos.com/v1", "PrometheusRule"),
     ("cert-manager.io/v1", "Issuer"),
     ("cert-manager.io/v1", "Certificate"),
 }

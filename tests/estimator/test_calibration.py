@@ -48,6 +48,17 @@ def test_register_values_are_pinned() -> None:
         "training.fragmentation_fraction": 0.05,
         "training.backward_work_intermediate": 3,
         "training.backward_work_hidden": 4,
+        "perf.vllm.hopper.memory_efficiency": 0.753,
+        "perf.vllm.hopper.compute_efficiency": 0.698,
+        "perf.vllm.step_overhead_s": 0.00144,
+        "perf.vllm.request_overhead_s": 0.0236,
+        "perf.vllm.sequence_overhead_s": 8.4e-05,
+        "perf.band.memory_efficiency_low": 0.4,
+        "perf.band.memory_efficiency_high": 0.9,
+        "perf.band.compute_efficiency_low": 0.25,
+        "perf.band.compute_efficiency_high": 0.8,
+        "perf.band.overhead_factor_low": 0.5,
+        "perf.band.overhead_factor_high": 2.0,
     }
     assert {n: e.value for n, e in calibration.REGISTER.items()} == pinned
     for entry in calibration.REGISTER.values():

@@ -80,7 +80,7 @@ def test_live_server_answers_413_to_an_announced_oversized_body(
 
 
 def _count(metrics: str, route: str, status: int) -> float:
-    prefix = f'http_requests_total{{method="POST",route="{route}",status="{status}"}} '
+    prefix = f'llmmem_http_requests_total{{method="POST",route="{route}",status="{status}"}} '
     lines = [line for line in metrics.splitlines() if line.startswith(prefix)]
     return float(lines[0].removeprefix(prefix)) if lines else 0.0
 

@@ -82,8 +82,8 @@ def test_past_threads_plus_queue_the_pool_refuses_at_once() -> None:
     async def scenario() -> float:
         running = [asyncio.create_task(pool.run(work, 0.3)) for _ in range(2)]
         await asyncio.sleep(0.05)
-        assert _metric(metrics, "estimate_pool_admitted") == 2
-        assert _metric(metrics, "estimate_pool_queue_depth") == 1
+        assert _metric(metrics, "llmmem_estimate_pool_admitted") == 2
+        assert _metric(metrics, "llmmem_estimate_pool_queue_depth") == 1
         started = time.perf_counter()
         with pytest.raises(Overloaded) as refused:
             await pool.run(work, 0.3)
@@ -91,12 +91,12 @@ def test_past_threads_plus_queue_the_pool_refuses_at_once() -> None:
         assert refused.value.retry_after_s >= 1
         await asyncio.gather(*running)
         await asyncio.sleep(0)  # the slots are released by done-callbacks on the loop
-        assert _metric(metrics, "estimate_pool_admitted") == 0
+        assert _metric(metrics, "llmmem_estimate_pool_admitted") == 0
         await pool.run(work, 0.01)  # room again
         return elapsed
 
     assert asyncio.run(scenario()) < 0.05
-    assert _metric(metrics, "estimate_pool_rejected_total", reason="overloaded") == 1
+    assert _metric(metrics, "llmmem_estimate_pool_rejected_total", reason="overloaded") == 1
 
 
 def test_the_deadline_answers_the_caller_and_stops_the_work() -> None:
@@ -114,7 +114,7 @@ def test_the_deadline_answers_the_caller_and_stops_the_work() -> None:
     steps = work.steps
     time.sleep(0.1)
     assert work.steps <= steps + 1, "the work went on after its deadline"
-    assert _metric(metrics, "estimate_pool_rejected_total", reason="deadline") == 1
+    assert _metric(metrics, "llmmem_estimate_pool_rejected_total", reason="deadline") == 1
 
 
 def test_within_the_grace_the_work_returns_what_it_finished() -> None:
@@ -175,7 +175,7 @@ def test_a_client_disconnect_stops_the_work() -> None:
     steps = work.steps
     time.sleep(0.1)
     assert work.steps <= steps + 1
-    assert _metric(metrics, "estimate_pool_rejected_total", reason="disconnected") == 1
+    assert _metric(metrics, "llmmem_estimate_pool_rejected_total", reason="disconnected") == 1
 
 
 def test_checkpoint_outside_the_pool_is_a_no_op() -> None:

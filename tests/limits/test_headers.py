@@ -246,4 +246,4 @@ def test_refusals_are_counted(live_server: harness.Server) -> None:
         sock.sendall(b"NOT HTTP\r\n\r\n")
         _read_all(sock, 5)
     _, metrics = harness.request(live_server.url + "/metrics")
-    assert b'http_refused_total{status="400"}' in metrics
+    assert b'llmmem_http_refused_total{status="400"}' in metrics

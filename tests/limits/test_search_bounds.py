@@ -159,13 +159,16 @@ def cold() -> Iterator[None]:
     memo.clear()
 
 
-# Work bound of one inference request, from the caps the code documents: at most
-# MAX_SCAN_SETUPS + 1 setups for the layout judged, plus for min_gpu_count the floor probe
-# (one per TP size and TP 1) and 2 · log2(layers) + 1 per TP size (a TP size divides the head
-# count, at most 1024: no such number has more than 32 divisors); each setup asked at most
-# 2·STEP_CEILING + 4 workloads (two searches and the fixed checks), each workload evaluated
-# once per pipeline stage (at most one per layer).
-SETUPS = MAX_SCAN_SETUPS + 1 + 33 + 32 * (2 * Bounds.LAYERS.bit_length() + 1)
+# Work bound of one inference request, from the caps the code documents: the layouts a
+# gpu_count without a layout scans (MAX_SCAN_SETUPS), one setup for the layout judged and one
+# for the largest layout a gpu_count without a layout holds; for min_gpu_count the
+# single-GPU setup (the weights floor), one per TP size operators run (the powers of two
+# within a node of at most 72 GPUs: 7) and 2 · log2(layers) + 1 stage counts at the largest;
+# the engine flags' other settings (a lower budget, the requested context, the longest
+# context that starts: 3). Each setup asked at most 2·STEP_CEILING + 4 workloads (two
+# searches and the fixed checks), each workload evaluated once per pipeline stage (at most
+# one per layer).
+SETUPS = MAX_SCAN_SETUPS + 2 + 1 + 7 + (2 * Bounds.LAYERS.bit_length() + 1) + 3
 INFERENCE_STAGE_EVALUATIONS = SETUPS * (2 * STEP_CEILING + 4) * Bounds.LAYERS
 
 
@@ -220,3 +223,29 @@ def test_extreme_finetune_requests_do_bounded_work(
     response = client.post("/v1/estimate/finetune", json=body)
     assert response.status_code in (200, 422), response.text[:300]
     assert calls.count <= FINETUNE_STAGE_EVALUATIONS
+
+
+@pytest.mark.parametrize("kind", ["largest", "smallest", "smallest-doubling"])
+def test_a_search_stops_at_the_first_evaluation_after_its_work_is_cancelled(kind: str) -> None:
+    # Issue 28 §2: work past its deadline stops where it is. The token is set during the
+    # fourth evaluation; no fifth begins.
+    from service.estimator.cancel import Cancelled, CancelToken, running
+
+    token = CancelToken(deadline=float("inf"))
+    calls = 0
+
+    def predicate(n: int) -> bool:
+        nonlocal calls
+        calls += 1
+        if calls == 4:
+            token.cancel("deadline")
+        return n < 10**12 if kind == "largest" else n > 10**12
+
+    with running(token), pytest.raises(Cancelled, match="deadline"):
+        if kind == "largest":
+            search.largest_true(predicate, 1, 10**18)
+        else:
+            search.smallest_true(predicate, 1, 10**18, monotone=kind == "smallest")
+    assert calls == 4
+    # Without a token (tests, the bench) a search runs to its answer.
+    assert search.largest_true(lambda n: n < 1000, 1, 10**18) == 999

@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import shutil
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -79,9 +80,12 @@ def write_gguf(
     file_type: gguf.LlamaFileType | None = gguf.LlamaFileType.MOSTLY_Q8_0,
     split: tuple[int, int] | None = None,
     tensors: tuple[str, ...] | None = None,
+    tokenizer: int = 0,
 ) -> dict[str, int]:
     """A GGUF file of a llama-like model; returns each tensor's bytes (numpy's count of what
-    was written). ``tensors`` limits the file to these names (split parts)."""
+    was written). ``tensors`` limits the file to these names (split parts); ``tokenizer``
+    adds a BPE tokenizer of that many tokens and as many merges, with their types and
+    scores, as convert_hf_to_gguf.py writes one (``tokenizer.ggml.*``)."""
     head_dim = hidden // heads
     shapes: dict[str, tuple[tuple[int, ...], gguf.GGMLQuantizationType]] = {}
     q, f32 = matrix_type, gguf.GGMLQuantizationType.F32
@@ -112,6 +116,12 @@ def write_gguf(
     if split is not None:
         writer.add_uint16("split.no", split[0] - 1)
         writer.add_uint16("split.count", split[1])
+    if tokenizer:
+        writer.add_tokenizer_model("gpt2")
+        writer.add_token_list([f"<tok{i}>" for i in range(tokenizer)])
+        writer.add_token_merges([f"t{i} k{i}" for i in range(tokenizer)])
+        writer.add_token_types([1] * tokenizer)
+        writer.add_token_scores([0.0] * tokenizer)
     written: dict[str, int] = {}
     for name, (shape, kind) in shapes.items():
         if tensors is not None and name not in tensors:
@@ -130,3 +140,24 @@ def write_gguf(
     writer.write_tensors_to_file()
     writer.close()
     return written
+
+
+def gguf_string(data: bytes) -> bytes:
+    """A GGUF string (docs/gguf.md, ``gguf_string_t``): its uint64 length, then its bytes."""
+    return struct.pack("<Q", len(data)) + data
+
+
+def write_array_gguf(path: Path, count: int, *, item: bytes = b"", version: int = 3) -> None:
+    """Issue 28's file: a GGUF header with two metadata entries, ``general.architecture =
+    "llama"`` and ``tokenizer.ggml.tokens`` as an array of ``count`` copies of ``item``, and
+    no tensor, written by hand from the specification (header: magic, version, tensor count,
+    key count; a key-value: key, value type, value; an array: item type, count, items)."""
+    with path.open("wb") as f:
+        f.write(struct.pack("<4sIQQ", b"GGUF", version, 0, 2))
+        f.write(gguf_string(b"general.architecture") + struct.pack("<I", 8) + gguf_string(b"llama"))
+        f.write(gguf_string(b"tokenizer.ggml.tokens") + struct.pack("<IIQ", 9, 8, count))
+        one = gguf_string(item)
+        block = one * 65536
+        for _ in range(count // 65536):
+            f.write(block)
+        f.write(one * (count % 65536))

@@ -226,3 +226,55 @@ def test_background_thread_indexes_without_blocking(
         assert store.index.get("acme/tiny-llama") is not None
     finally:
         store.stop()
+
+
+def _sharded_tiny_llama(directory: Path) -> tuple[int, list[str]]:
+    """A tiny Llama saved in several shards with its index; (torch's byte count, shards)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    model = LlamaForCausalLM(LlamaConfig(**TINY_LLAMA)).to(torch.bfloat16)
+    model.save_pretrained(directory, max_shard_size="60KB")
+    nbytes = sum(p.numel() * p.element_size() for p in model.state_dict().values())
+    shards = sorted(p.name for p in directory.glob("model-*.safetensors"))
+    return nbytes, shards
+
+
+def test_shards_missing_from_the_directory_come_from_the_index_total(tmp_path: Path) -> None:
+    target = tmp_path / "team" / "partial"
+    nbytes, shards = _sharded_tiny_llama(target)
+    assert len(shards) >= 2 and (target / "model.safetensors.index.json").exists()
+    (target / shards[-1]).unlink()  # a download that has not finished
+    index, _ = build_index((tmp_path,))
+    entry = index.get("team/partial")
+    assert entry is not None and entry.checkpoint is not None
+    assert entry.checkpoint.total_bytes == nbytes  # torch's count, not the headers present
+    assert any("metadata.total_size" in n and "1 shard(s)" in n for n in entry.notes)
+
+
+def test_an_index_without_shards_gives_the_total(tmp_path: Path) -> None:
+    target = tmp_path / "team" / "metadata-only"
+    nbytes, shards = _sharded_tiny_llama(target)
+    for name in shards:
+        (target / name).unlink()
+    index, _ = build_index((tmp_path,))
+    entry = index.get("team/metadata-only")
+    assert entry is not None and entry.format == "safetensors"
+    assert entry.checkpoint is not None
+    assert entry.checkpoint.components == (("text", nbytes),)
+
+
+def test_files_the_index_does_not_list_are_not_counted(tmp_path: Path) -> None:
+    # Mistral's repositories keep consolidated.safetensors (another packaging of the same
+    # weights) beside the transformers shards the index lists.
+    target = tmp_path / "team" / "two-packagings"
+    nbytes, _ = _sharded_tiny_llama(target)
+    save_file(
+        {"tok_embeddings.weight": np.zeros((256, 64), np.float16)},
+        str(target / "consolidated.safetensors"),
+    )
+    index, _ = build_index((tmp_path,))
+    entry = index.get("team/two-packagings")
+    assert entry is not None and entry.checkpoint is not None
+    assert entry.checkpoint.total_bytes == nbytes
+    assert any("consolidated.safetensors not listed" in n for n in entry.notes)

@@ -71,7 +71,7 @@ def test_probes_answer_while_64_clients_saturate_the_pool(tmp_path: Path) -> Non
     assert tally.get("503", 0) > 0, tally  # ...and the excess refused, not queued
     assert tally.get("retry-after 1", 0) == tally["503"], tally
     assert tally.get("error", 0) == 0, tally
-    assert b'estimate_pool_rejected_total{reason="overloaded"}' in metrics
+    assert b'llmmem_estimate_pool_rejected_total{reason="overloaded"}' in metrics
     assert len(pooled) > 100
     # Work on the loop makes a probe wait behind it: one 20 ms spin per queued request.
     # On the pool, the probe waits only for GIL handoffs (about a millisecond each).

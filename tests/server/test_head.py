@@ -65,7 +65,7 @@ def test_head_on_a_post_only_route_is_405(client: TestClient) -> None:
 def test_head_is_counted_as_head_under_the_get_route(client: TestClient) -> None:
     client.head("/v1/gpus")
     metrics = client.get("/metrics").text
-    assert 'http_requests_total{method="HEAD",route="/v1/gpus",status="200"}' in metrics
+    assert 'llmmem_http_requests_total{method="HEAD",route="/v1/gpus",status="200"}' in metrics
 
 
 def test_head_over_the_real_server(tmp_path: Path) -> None:

@@ -180,7 +180,10 @@ def test_table_rows_equal_the_api(
         assert row["cells"][:2] == [gb(total), gib(total)], key
         fit = response.json()["fit"]
         assert row["cells"][2].startswith("✓" if fit["fits"] else "✗"), key
-        assert gb(abs(fit["headroom_bytes"])) in row["cells"][2], key
+        if fit["fits"] or fit["headroom_bytes"] < 0:
+            assert gb(abs(fit["headroom_bytes"])) in row["cells"][2], key
+        else:  # the engine refuses for another reason: named, never a negative shortfall
+            assert fit["reason"].replace("_", " ") in row["cells"][2], key
 
 
 def test_chart_has_one_segment_per_component(
@@ -297,3 +300,117 @@ def test_docs_pages_render_from_local_assets(live_server: str, browser: Any) -> 
     browser.get(f"{live_server}/")
     wait_for(browser, "document.querySelector('#results').dataset.run")
     assert off_origin_requests(browser, live_server) == []
+
+
+# The issue's page: Llama-3.1-70B under vLLM at TP 2 on H100 with 32768-token sequences. vLLM's
+# default max_model_len is the model's whole context (131072), whose one sequence the pool
+# left on two H100s cannot hold: the engine refuses to start although the requested workload
+# leaves memory free. The page must say so from the answer, and take a max-model-len.
+SEVENTY_B = "meta-llama/Llama-3.1-70B-Instruct"
+H100 = "h100-sxm-80gb"
+SEVENTY_B_REQUEST = {
+    "model": SEVENTY_B,
+    "engine": "vllm",
+    "batch_size": 1,
+    "sequence_length": 32768,
+    "tensor_parallel_size": 2,
+    "gpu": H100,
+}
+
+
+def submit_seventy_b(browser: Any, base: str, context: str) -> None:
+    from selenium.webdriver.common.keys import Keys
+
+    browser.set_window_size(1280, 900)
+    browser.get(f"{base}/")
+    wait_for(browser, "document.body.dataset.ready === 'true'")
+    run = int(wait_for(browser, "document.querySelector('#results').dataset.run"))
+    choose(browser, "model", SEVENTY_B)
+    choose(browser, "weight_format", "")
+    choose(browser, "engine", "vllm")
+    choose(browser, "gpu", H100)
+    type_into(browser, "batch_size", "1")
+    type_into(browser, "tensor_parallel_size", "2")
+    type_into(browser, "context_length", context)
+    type_into(browser, "sequence_length", "32768").send_keys(Keys.ENTER)
+    wait_for(browser, f"Number(document.querySelector('#results').dataset.run) > {run}")
+
+
+def shown_answer(browser: Any) -> dict[str, Any]:
+    return browser.execute_script("""
+        const text = (sel) => document.querySelector(sel)?.textContent ?? null;
+        return {sentence: text('#fit-sentence'), status: text('#status'),
+            args: text('#engine-args'), layout: text('#min-layout'),
+            label: text('#context-label'),
+            options: Object.fromEntries([...document.querySelectorAll('#engine-options tbody tr')]
+                .map(tr => [tr.dataset.option, [tr.querySelector('td').textContent,
+                                                tr.dataset.default === 'true']]))};""")
+
+
+def test_a_refusal_is_the_answers_reason_never_a_negative_shortfall(
+    live_server: str, browser: Any
+) -> None:
+    submit_seventy_b(browser, live_server, "")
+    shown = shown_answer(browser)
+    expected = post(live_server, "inference", SEVENTY_B_REQUEST).json()
+    fit = expected["fit"]
+    assert not fit["fits"] and fit["headroom_bytes"] > 0  # the issue's situation
+    sentence = shown["sentence"]
+    assert sentence.startswith("Does not fit")
+    assert fit["reason"].replace("_", " ") in sentence and fit["reason_detail"] in sentence
+    assert "short by" not in sentence and not re.search(r"-\d", sentence)
+    assert expected["summary"] in shown["status"]
+    # The flags and the minimum layout are the answer's.
+    assert shown["args"] == " ".join(fit["engine_args"])
+    assert fit["min_gpu_layout_reason"] in shown["layout"]
+    # The engine's defaults it was judged with, max_model_len among them.
+    assert shown["options"]["max_model_len"] == [
+        str(expected["engine_options"]["max_model_len"]),
+        True,
+    ]
+    assert "--max-model-len" in shown["label"]
+
+
+def test_a_max_model_len_typed_in_is_the_one_judged(live_server: str, browser: Any) -> None:
+    submit_seventy_b(browser, live_server, "32768")
+    shown = shown_answer(browser)
+    body = {**SEVENTY_B_REQUEST, "engine_options": {"max_model_len": 32768}}
+    expected = post(live_server, "inference", body).json()
+    assert expected["fit"]["fits"]
+    assert shown["sentence"].startswith("Fits")
+    assert expected["summary"] in shown["status"]
+    assert shown["options"]["max_model_len"] == ["32768", False]
+
+
+def test_latency_and_throughput_equal_the_api(
+    live_server: str, browser: Any, choices: tuple[str, str]
+) -> None:
+    from selenium.webdriver.common.keys import Keys
+
+    model, gpu = choices
+    browser.get(f"{live_server}/")
+    wait_for(browser, "document.body.dataset.ready === 'true'")
+    run = int(wait_for(browser, "document.querySelector('#results').dataset.run"))
+    choose(browser, "model", model)
+    choose(browser, "engine", "vllm")
+    choose(browser, "gpu", gpu)
+    type_into(browser, "concurrency", "8")
+    type_into(browser, "traffic_input_tokens", "512")
+    type_into(browser, "traffic_output_tokens", "128").send_keys(Keys.ENTER)
+    wait_for(browser, f"Number(document.querySelector('#results').dataset.run) > {run}")
+    request = {
+        "model": model,
+        "engine": "vllm",
+        "concurrency": 8,
+        "gpu": gpu,
+        "traffic": {"input_tokens": 512, "output_tokens": 128, "concurrency": 8},
+    }
+    response = post(live_server, "inference", request)
+    assert response.status_code == 200, response.text
+    perf = response.json()["performance"]
+    sentence = browser.execute_script(
+        "return document.querySelector('#performance-sentence').textContent"
+    )
+    ms = lambda x: f"{x:,.1f}".rstrip("0").rstrip(".") + " ms"  # noqa: E731
+    assert ms(perf["ttft_ms"]) in sentence and ms(perf["itl_ms"]) in sentence
+    assert f"{perf['output_tokens_per_s']:,g} output tokens/s" in sentence

@@ -82,3 +82,25 @@ def test_ui_routes_stay_out_of_the_schema(client: TestClient) -> None:
     paths = client.get("/openapi.json").json()["paths"]
     assert not {"/", "/docs", "/redoc"} & set(paths)
     assert not any(p.startswith("/static") for p in paths)
+
+
+def test_the_pages_context_field_names_each_engines_own_option_and_flag() -> None:
+    """app.js's CONTEXT_OPTION table against the engines' `context_option` and its flag."""
+    from service.api.routes.ui import WEB_DIR
+    from service.estimator.engines import REGISTRY
+
+    script = (WEB_DIR / "app.js").read_text()
+    block = script[script.index("const CONTEXT_OPTION = {") :]
+    block = block[: block.index("};")]
+    table = {
+        engine: (option, flag)
+        for engine, option, flag in re.findall(
+            r'^\s*"?([\w.]+)"?: \["(\w+)", "([\w-]+)"\],$', block, re.MULTILINE
+        )
+    }
+    expected = {
+        name: (engine.context_option, engine.option_table()[engine.context_option].flag)
+        for name, engine in REGISTRY.items()
+        if engine.context_option is not None
+    }
+    assert table == expected

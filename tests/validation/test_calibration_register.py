@@ -66,3 +66,18 @@ def test_the_refit_recovers_the_fitted_values(results: dict[tuple[str, ...], c.R
         assert r.refit is not None
         for n in names:
             assert r.refit[n] == pytest.approx(r.registered[n], rel=0.02), n
+
+
+def test_a_value_that_differs_from_its_refit_says_why(
+    results: dict[tuple[str, ...], c.Result],
+) -> None:
+    """A registered value more than 5 % from the value its own rows refit to is kept only with
+    a reason written in the register (and printed in docs/accuracy.md), so a drift nobody
+    chose fails here."""
+    for r in results.values():
+        if r.refit is None:
+            continue
+        drift = max(abs(r.registered[n] - r.refit[n]) / abs(r.refit[n]) for n in r.names)
+        if drift > 0.05:
+            entry = calibration.REGISTER[r.names[0]]
+            assert entry.kept_over_refit, f"{r.names}: {drift:.0%} from its refit, no reason"

@@ -28,7 +28,7 @@ def test_every_row_is_compared_or_listed(
     results: tuple[list[p.Comparison], list[p.Unresolved]],
 ) -> None:
     ids = [r["row_id"] for r in p.rows()]
-    assert len(ids) == 19
+    assert len(ids) == 20
     seen = {c.row for c in results[0]} | {u.row for u in results[1]}
     # Rows with nothing comparable and nothing listed would vanish from the report.
     missing = set(ids) - seen
@@ -93,3 +93,30 @@ def test_cuda_graph_reserve_under_measured(
     cs = [c for c in results[0] if c.component == "cuda_graph"]
     assert len(cs) >= 3
     assert all(-0.41 <= c.error < 0 for c in cs)
+
+
+def test_free_memory_at_weights_within_1_percent(
+    results: tuple[list[p.Comparison], list[p.Unresolved]],
+) -> None:
+    # QwQ-32B at TP 4 on L4 (SGLang 0.4.3.post3): the CUDA total less the context and the TP
+    # group's communicators on a PCIe board, the memory free at start the budget is a fraction of.
+    errs = _component(results, "free_at_weights")
+    assert errs
+    assert max(errs) <= 0.01
+
+
+def test_pool_tokens_median_below_2_percent(
+    results: tuple[list[p.Comparison], list[p.Unresolved]],
+) -> None:
+    errs = _component(results, "kv_tokens")
+    assert statistics.median(errs) < 0.02
+
+
+def test_communicators_at_init(results: tuple[list[p.Comparison], list[p.Unresolved]]) -> None:
+    # On an NVSwitch board (TP 8) the fitted figure is within 3 %; on PCIe (4 × L4) the
+    # per-peer channel buffers price 0.375 GiB where SGLang's init grew 0.13 GiB: an
+    # over-estimate (a smaller pool, never a wrong "fits"), the known gap docs/inference.md
+    # names.
+    cs = {c.row: c for c in results[0] if c.component == "init_mem_usage"}
+    assert abs(cs["s_pr11716"].error) <= 0.03
+    assert cs["s_4127"].estimate > cs["s_4127"].measured

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import json
 import string
 
 from hypothesis import given, settings
@@ -27,7 +28,8 @@ def _value(spec: FlagSpec) -> st.SearchStrategy[OptionValue]:
     """Values the engine accepts for this flag, drawn from the table's own bounds."""
     if spec.kind == "int":
         low = int(spec.minimum) if spec.minimum is not None else 0
-        return st.integers(min_value=low, max_value=2**24)
+        high = min(2**24, int(spec.maximum)) if spec.maximum is not None else 2**24
+        return st.integers(min_value=low, max_value=high)
     if spec.kind == "float":
         low = spec.minimum if spec.minimum is not None else 0.0
         high = spec.maximum if spec.maximum is not None else 1e4
@@ -44,6 +46,9 @@ def _value(spec: FlagSpec) -> st.SearchStrategy[OptionValue]:
         return st.lists(_WORD, min_size=1, max_size=3).map(tuple)
     if spec.kind == "switch":
         return st.just(True)
+    if spec.kind == "json":
+        objects = st.dictionaries(_WORD, st.integers(0, 99), min_size=1, max_size=3)
+        return objects.map(lambda d: json.dumps(d, sort_keys=True))
     return st.booleans()
 
 
@@ -79,7 +84,7 @@ def _unknown(draw: st.DrawFn) -> list[str]:
 @st.composite
 def _argv(draw: st.DrawFn, engine: Engine) -> tuple[list[str], dict[str, OptionValue], list[str]]:
     table = ENGINE_FLAGS[engine]
-    modelled = [s for s in table.flags if s.option != table.model_option]
+    modelled = [s for s in table.flags if s.option != table.model_option and s.spellings]
     chosen = draw(st.lists(st.sampled_from(modelled), unique_by=lambda s: s.option, max_size=12))
     groups: list[list[str]] = []
     expected: dict[str, OptionValue] = {}

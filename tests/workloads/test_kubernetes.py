@@ -426,6 +426,29 @@ def test_inference_service_model_id_argument_names_the_model() -> None:
     (work,) = _reading(obj).workloads
     assert work.model is not None and work.model.repo_id == "Qwen/Qwen3-8B"
     assert work.model.source == "spec.predictor.model.args[0]"
+    # Read, so not reported as ignored (issue 25 item 6); the server's other flags still are.
+    assert work.ignored_args == ()
+
+
+def test_inference_service_model_id_with_its_value_apart_is_read_not_ignored() -> None:
+    obj = _isvc(
+        {
+            "model": {
+                "modelFormat": {"name": "huggingface"},
+                "args": [
+                    "--model_name=qwen",
+                    "--model_id",
+                    "Qwen/Qwen3-8B",
+                    "--max-model-len=4096",
+                ],
+                "resources": {"limits": {"nvidia.com/gpu": "1"}},
+            }
+        }
+    )
+    (work,) = _reading(obj).workloads
+    assert work.model is not None and work.model.repo_id == "Qwen/Qwen3-8B"
+    assert [arg.text for arg in work.ignored_args] == ["--model_name=qwen"]
+    assert work.options["max_model_len"].value == 4096
 
 
 def test_inference_service_transformers_backend_and_other_formats_are_not_read() -> None:

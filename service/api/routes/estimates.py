@@ -1,4 +1,5 @@
-"""POST /v1/estimate/inference, /v1/estimate/finetune and /v1/estimate/batch.
+"""POST /v1/estimate/inference, /v1/estimate/finetune, /v1/estimate/colocated and
+/v1/estimate/batch.
 
 Parse, answer (service/application/estimate_service.py) on the CPU pool
 (service/api/concurrency.py), serialize. The arithmetic is in service/estimator, the names are
@@ -8,6 +9,8 @@ resolved in service/application/resolve.py; a batch's cost is checked against it
 
 from __future__ import annotations
 
+import time
+from collections.abc import Hashable
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
@@ -16,6 +19,7 @@ from pydantic import ValidationError
 from service.api.bodies import documented_body, parse_body
 from service.api.concurrency import Cancelled, checkpoint, run_on_body
 from service.api.cost import BatchOverBudget, batch_cost
+from service.api.fast_path import cost_class, estimate_bytes
 from service.api.problems import (
     KINDS,
     domain_error_parts,
@@ -25,10 +29,12 @@ from service.api.problems import (
     validation_errors,
 )
 from service.api.response_cache import OBSERVATION_KEY
+from service.application.colocation import run_colocated
 from service.application.estimate_service import Catalogs, Observation, app_catalogs, run_estimate
 from service.application.metrics import Metrics
 from service.estimator.errors import EstimatorError, InvalidRequest
 from service.schemas.batch import BatchItem, BatchRequest, BatchResponse, BatchResult
+from service.schemas.colocation import ColocatedRequest, ColocatedResponse
 from service.schemas.estimates import (
     EstimateResponse,
     FinetuneRequestBody,
@@ -41,7 +47,7 @@ ERRORS = problem_responses(400, 404, 413, 422, 503)
 
 EstimateBody = InferenceRequestBody | FinetuneRequestBody
 #: The request bodies these routes parse themselves (documented in the OpenAPI components).
-BODY_MODELS = (InferenceRequestBody, FinetuneRequestBody, BatchRequest)
+BODY_MODELS = (InferenceRequestBody, FinetuneRequestBody, BatchRequest, ColocatedRequest)
 
 _BODIES: dict[str, type[EstimateBody]] = {
     "inference": InferenceRequestBody,
@@ -56,20 +62,26 @@ def _catalogs(request: Request) -> Catalogs:
 
 
 def _estimate(
-    raw: bytes, body_type: type[EstimateBody], catalogs: Catalogs, metrics: Metrics
-) -> tuple[bytes, Observation]:
+    raw: bytes, body_type: type[EstimateBody], state: Any, path: str
+) -> tuple[bytes, Observation, Hashable | None, float]:
     """Parse, answer and serialize one estimate; runs on a pool thread (service/api/bodies.py
-    says why the parsing is there too)."""
-    rendered, observation = run_estimate(parse_body(raw, body_type), catalogs, metrics)
-    return rendered.model_dump_json().encode(), observation
+    says why the parsing is there too). Also its cost class and the CPU time it took, for the
+    inline policy (service/api/fast_path.py)."""
+    started = time.thread_time()
+    body = parse_body(raw, body_type)
+    content, observation = estimate_bytes(body, body_type, state)
+    return content, observation, cost_class(path, body), time.thread_time() - started
 
 
 async def _single(body_type: type[EstimateBody], request: Request) -> Response:
     # Off the event loop, under the pool's admission control and deadline, so probes and
-    # metrics answer while estimates run (service/api/concurrency.py).
-    content, observation = await run_on_body(
-        request, _estimate, body_type, _catalogs(request), request.app.state.metrics
+    # metrics answer while estimates run (service/api/concurrency.py). Requests of a kind
+    # measured cheap are answered on the loop before they get here (service/api/fast_path.py).
+    state = request.app.state
+    content, observation, key, seconds = await run_on_body(
+        request, _estimate, body_type, state, request.url.path
     )
+    state.inline_policy.observe(key, seconds)
     # For the response cache: a replayed answer counts in the domain metrics like this one.
     setattr(request.state, OBSERVATION_KEY, observation)
     return Response(content, media_type="application/json")
@@ -98,6 +110,39 @@ async def estimate_finetune(request: Request) -> Response:
 
 
 @router.post(
+    "/colocated",
+    response_model=ColocatedResponse,
+    summary="Several engines on one GPU (time-slicing or MPS): what each holds, and whether "
+    "they fit together",
+    responses=ERRORS,
+    openapi_extra=documented_body(ColocatedRequest),
+)
+async def estimate_colocated(request: Request) -> Response:
+    # Up to 16 estimates, each possibly a posted config: pooled and bounded as a batch is (a
+    # batch slot, the cost budget, a checkpoint between workloads in run_colocated).
+    content = await run_on_body(
+        request,
+        _colocated,
+        _catalogs(request),
+        request.app.state.metrics,
+        request.app.state.settings.batch_cost_budget,
+        kind="batch",
+    )
+    return Response(content, media_type="application/json")
+
+
+def _colocated(raw: bytes, catalogs: Catalogs, metrics: Metrics, budget: int) -> bytes:
+    """Parse, check the cost, answer and serialize a shared-GPU request; runs on a pool
+    thread."""
+    body = parse_body(raw, ColocatedRequest)
+    requests = ({"hf_config": w.hf_config, "model": w.model} for w in body.workloads)
+    cost = batch_cost(requests, catalogs.models, catalogs.store)
+    if cost > budget:
+        raise BatchOverBudget(cost, budget)
+    return run_colocated(body, catalogs, metrics).model_dump_json().encode()
+
+
+@router.post(
     "/batch",
     response_model=BatchResponse,
     summary="Up to 1000 inference and fine-tune estimates in one call, answered in order",
@@ -113,6 +158,7 @@ async def estimate_batch(request: Request) -> Response:
         request.app.state.settings.batch_cost_budget,
         request.url.path,
         grace_s=_BATCH_GRACE_S,
+        kind="batch",
     )
     return Response(content, media_type="application/json")
 

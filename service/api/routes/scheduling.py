@@ -14,7 +14,7 @@ from fastapi import APIRouter, Path, Request, Response
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
-from service.api.concurrency import run_cpu_bound
+from service.api.concurrency import DeadlineExceeded, Overloaded, run_cpu_bound
 from service.api.problems import problem_responses
 from service.application.estimate_service import Catalogs, app_catalogs
 from service.scheduling import admission, extender
@@ -64,7 +64,14 @@ async def _json_body(request: Request) -> object:
     responses=problem_responses(400, 404, 413, 422),
 )
 async def preflight_workload(body: PreflightRequest, request: Request) -> Response:
-    overrides = Overrides(body.model, body.gpu, body.gpu_memory_bytes, body.gpu_count)
+    overrides = Overrides(
+        body.model,
+        body.gpu,
+        body.gpu_memory_bytes,
+        body.gpu_count,
+        hf_config=body.hf_config,
+        weight_format=body.weight_format,
+    )
     answer = await run_cpu_bound(
         request,
         _preflight,
@@ -85,7 +92,13 @@ def _preflight(
         overrides=overrides,
         catalogs=catalogs,
         metrics=metrics,
+        files=body.files,
     )
+
+
+# How long a review past its deadline may take to hand back what it checked: the container in
+# progress finishes first (a cold vLLM container with its fit on every catalog GPU: tens of ms).
+_ADMISSION_GRACE_S = 0.5
 
 
 async def _review(request: Request, mode: admission.Mode) -> Response:
@@ -94,14 +107,29 @@ async def _review(request: Request, mode: admission.Mode) -> Response:
         body: object = orjson.loads(raw)
     except orjson.JSONDecodeError:
         body = None  # answered allowed, with a warning that the review could not be read
-    answer = await run_cpu_bound(
-        request,
-        admission.review,
-        body,
-        mode,
-        _catalogs(request),
-        request.app.state.metrics,
-    )
+    settings = request.app.state.settings
+    policy = settings.admission_unchecked
+    try:
+        answer = await run_cpu_bound(
+            request,
+            admission.review,
+            body,
+            mode,
+            _catalogs(request),
+            request.app.state.metrics,
+            policy,
+            deadline_s=settings.admission_deadline_s,
+            grace_s=_ADMISSION_GRACE_S,
+        )
+    except (DeadlineExceeded, Overloaded) as exc:
+        # The API server waits timeoutSeconds at most: an answer now, saying why, beats a 503.
+        why = (
+            "the replica is saturated"
+            if isinstance(exc, Overloaded)
+            else f"the review did not start or finish within {settings.admission_deadline_s:g} s"
+        )
+        answer = admission.unchecked_review(body, why, policy)
+        request.app.state.metrics.observe_admission(mode, "unchecked")
     return _json(answer)
 
 
@@ -149,14 +177,16 @@ EXTENDER_DOC = {
     "/v1/extender/filter",
     response_model=ExtenderFilterResultOut,
     summary="kube-scheduler extender filter: nodes whose GPU is too small for the pod's model "
-    "are FailedAndUnresolvableNodes",
+    "are FailedAndUnresolvableNodes; a pod it cannot judge is named in Error",
     responses=problem_responses(400, 413, 422),
     openapi_extra=EXTENDER_DOC,
 )
 async def extender_filter(request: Request) -> Response:
     body = await _json_body(request)
     args = extender.read_args(body)
-    result = await run_cpu_bound(request, extender.filter_nodes, args, _catalogs(request))
+    result = await run_cpu_bound(
+        request, extender.filter_nodes, args, _catalogs(request), request.app.state.metrics
+    )
     return _json(filter_result_json(result))
 
 
@@ -164,12 +194,14 @@ async def extender_filter(request: Request) -> Response:
     "/v1/extender/prioritize",
     response_model=list[HostPriorityOut],
     summary="kube-scheduler extender prioritize: scores 0-10, the node that fits with the "
-    "least memory left idle first",
+    "least memory left idle first; a pod it cannot judge is a 422 (no score)",
     responses=problem_responses(400, 413, 422),
     openapi_extra=EXTENDER_DOC,
 )
 async def extender_prioritize(request: Request) -> Response:
     body = await _json_body(request)
     args = extender.read_args(body)
-    scores = await run_cpu_bound(request, extender.prioritize_nodes, args, _catalogs(request))
+    scores = await run_cpu_bound(
+        request, extender.prioritize_nodes, args, _catalogs(request), request.app.state.metrics
+    )
     return _json(host_priority_list_json(scores))

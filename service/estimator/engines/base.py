@@ -14,26 +14,30 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from service.estimator.engines.overhead import OverheadTerms, framework_overhead
 from service.estimator.errors import InvalidRequest
 from service.estimator.memo import memoized
+from service.estimator.parallel import ExpertLayout
 from service.estimator.units import GIB, normalize_dtype
 from service.estimator.weights import Placement
 
 if TYPE_CHECKING:
     from service.estimator.checkpoint import CheckpointWeights
+    from service.estimator.engines.serving import ServingSetup, Stage
     from service.estimator.formats import WeightFormat
     from service.estimator.forward import ForwardCoefficients
     from service.estimator.gpu import GpuSpec
-    from service.estimator.inference.setup import ServingSetup, Stage
     from service.estimator.kv_cache import KvLayout
     from service.estimator.model import Architecture
     from service.estimator.result import Capacity
     from service.estimator.weights import WeightLayout
 
 __all__ = [
+    "CliKind",
+    "DataParallelPlan",
+    "DecidedBy",
     "DtypeChoice",
     "Engine",
     "EngineContext",
@@ -41,12 +45,19 @@ __all__ = [
     "Option",
     "StageArgs",
     "StageBuild",
+    "WeightOffload",
     "WeightSplit",
     "activation_dtype",
+    "estimate_options",
     "tp_sizes_dividing_widths",
 ]
 
 OptionValue = float | int | bool | str
+
+
+def estimate_options(declared: tuple[Option, ...]) -> tuple[Option, ...]:
+    """The declared options that are engine options of an estimate (role ``option``)."""
+    return tuple(o for o in declared if o.role == "option")
 
 
 def activation_dtype(arch: Architecture, fmt: WeightFormat) -> str:
@@ -75,11 +86,40 @@ def tp_sizes_dividing_widths(arch: Architecture, vocab_padding: int) -> tuple[in
 
 
 @dataclass(frozen=True, slots=True)
+class DecidedBy:
+    """A request field the engine does not read, and what decides its memory in its place:
+    ``options``, the engine's own options (empty: the engine itself, by its kernels), and
+    ``why`` in words."""
+
+    field: str
+    options: tuple[str, ...]
+    why: str
+
+
+#: How an option is written on the engine's command line (``None``: from its type; a bool
+#: is the engine's own switch form, :attr:`Engine.bool_flags`).
+CliKind = Literal["int", "float", "str", "str_list", "switch", "bool_optional", "json"]
+#: How the command line writes an integer: ``plain`` (``int()``), ``vllm`` (k/m/g/t decimal,
+#: K/M/G/T binary), ``vllm_or_auto`` (also -1 or ``auto``), ``sglang`` (k/M/G/T SI, Ki/Mi/Gi/Ti).
+IntSyntax = Literal["plain", "vllm", "vllm_or_auto", "sglang"]
+#: What an option read from a command line does to the estimate: ``option`` (an engine option
+#: of the estimate, ``engine_options.<name>``), ``field`` (sets the request field ``field``),
+#: ``unpriced`` (read, not priced: ``note`` says what it changes), ``inert`` (no memory effect).
+Role = Literal["option", "field", "unpriced", "inert"]
+
+
+@dataclass(frozen=True, slots=True)
 class Option:
-    """One engine option: its type, range, default and the engine flag it mirrors.
+    """One engine option, declared once: its type, range and default in the estimate, the
+    command-line flags it is written with and how they read a value, the Kubernetes and chart
+    fields that set it, and what it does to the estimate (``role``).
 
     ``default`` None means the engine derives it (from the GPU or the model): the engine's
     :meth:`Engine.defaults` fills it in. ``aliases`` are other request names accepted for it.
+    ``flag`` is its canonical flag and ``flags`` every other spelling the engine's parser
+    accepts; ``cli_low`` widens the range a command line may give (vLLM's ``-1`` for an
+    automatic ``--max-model-len``). Options whose role is not ``option`` are read from command
+    lines only and are not part of the API's ``engine_options``.
     """
 
     name: str
@@ -92,6 +132,28 @@ class Option:
     choices: tuple[OptionValue, ...] = ()
     flag: str | None = None
     aliases: tuple[str, ...] = ()
+    flags: tuple[str, ...] = ()
+    cli_kind: CliKind | None = None
+    int_syntax: IntSyntax = "plain"
+    cli_low: float | None = None
+    role: Role = "option"
+    field: str | None = None
+    note: str = ""
+    chart_fields: tuple[str, ...] = ()
+    # A JSON-valued flag: (path in the object, what it sets, factor) for each key the estimate
+    # reads; the target is an engine option, ``speculative.<key>``, or a request field.
+    json_keys: tuple[tuple[tuple[str, ...], str, float], ...] = ()
+    # The environment variable the engine also reads it from (a flag given wins).
+    env: str | None = None
+    # The values whose memory effect is priced, when only some are (empty: all): any other
+    # value is still passed to the estimate, which names what it does not price, and a
+    # reader reports it ``priced: false``.
+    priced_values: tuple[OptionValue, ...] = ()
+
+    @property
+    def spellings(self) -> tuple[str, ...]:
+        """Every command-line spelling, the canonical flag first."""
+        return ((self.flag,) if self.flag else ()) + self.flags
 
     def allowed(self) -> str:
         if self.kind is bool:
@@ -216,6 +278,43 @@ class StageBuild:
     extra_weights: int = 0
     fixed_kv: int = 0
     host_bytes: int = 0
+    # A KV pool the caller fixed (None: the engine sizes it from its budget).
+    kv_pool: int | None = None
+    # Host memory one GPU's worker process holds for this stage (pinned offload, adapter
+    # caches, swap), beside ``host_bytes`` (the engine process's own, llama.cpp).
+    host_per_gpu: int = 0
+    # Options read but not priced (a warning downstream, never a refusal).
+    unpriced: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DataParallelPlan:
+    """What data and expert parallelism change on one GPU of a replica.
+
+    ``experts``: how the routed experts are spread (None: split by TP like the dense
+    layers); ``nccl``: the communicators of the data- and expert-parallel groups beyond the
+    TP and PP ones; ``all_to_all``: the buffers the MoE dispatch/combine backend allocates;
+    ``moe_token_factor``: how many times a rank's own tokens a MoE layer processes (vLLM's
+    all-gather backends hand every DP rank's tokens to every rank's experts).
+    """
+
+    experts: ExpertLayout | None = None
+    nccl: int = 0
+    all_to_all: int = 0
+    moe_token_factor: int = 1
+    notes: tuple[str, ...] = ()
+    # What was read but is not priced (a warning, never a refusal, downstream).
+    unpriced: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class WeightOffload:
+    """Weights moved off one GPU of each stage into host memory, the most of them one decoder
+    layer holds, and what was done."""
+
+    per_stage: tuple[int, ...]
+    largest_layer: int
+    note: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,9 +333,18 @@ class Engine:
 
     name: ClassVar[str]
     summary: ClassVar[str]
+    # The engine options of an estimate (role ``option``), and every option the engine
+    # declares, command-line-only ones too (empty: the engine has no command line).
     options: ClassVar[tuple[Option, ...]] = ()
+    declared: ClassVar[tuple[Option, ...]] = ()
+    # How the engine's parser writes a boolean flag: ``bool_optional`` (``--x`` / ``--no-x``,
+    # argparse.BooleanOptionalAction) or ``switch`` (store_true).
+    bool_flags: ClassVar[Literal["bool_optional", "switch"]] = "switch"
     # The option that scales the GPU's memory into the engine's budget (None: all of it).
     budget_option: ClassVar[str | None] = None
+    # The budget is a share of the memory free when the engine starts (SGLang), not of the
+    # device's total (vLLM): on a shared GPU it sees what the others left.
+    budget_reads_free_memory: ClassVar[bool] = False
     # Fused MoE and attention kernels: no eager score matrices, fused_moe's shared buffer.
     fused_kernels: ClassVar[bool] = False
     # The option holding the longest sequence the engine is configured for (None: none).
@@ -245,8 +353,27 @@ class Engine:
     # stages can then stop fitting where fewer fit, and the fewest-GPU search may not assume
     # that the most stages fit whenever any count does.
     reserve_grows_with_gpus: ClassVar[bool] = False
+    # Request fields the engine sizes nothing by, each with the option that decides instead
+    # (docs/inference.md, "Fields an engine does not use"); `attention` is added for engines
+    # with fused kernels (:meth:`decided_elsewhere`).
+    decides_instead: ClassVar[tuple[DecidedBy, ...]] = ()
 
     # ---- options --------------------------------------------------------------------
+
+    @classmethod
+    def decided_elsewhere(cls) -> tuple[DecidedBy, ...]:
+        """The request fields this engine does not read (:attr:`decides_instead`), with
+        `attention` for fused kernels: they never materialize the score matrices, whatever
+        `attention` says (the forward's eager terms apply only without them)."""
+        own = cls.decides_instead
+        if cls.fused_kernels and all(d.field != "attention" for d in own):
+            fused = DecidedBy(
+                "attention",
+                (),
+                f"{cls.name} runs its own fused attention kernels, which hold no score matrices",
+            )
+            own = (*own, fused)
+        return own
 
     @classmethod
     def option_table(cls) -> Mapping[str, Option]:
@@ -347,6 +474,37 @@ class Engine:
         """The longest sequence the engine is configured for (None: no such limit)."""
         return None
 
+    def command_layout(self, body: Mapping[str, Any], options: Mapping[str, Any]) -> dict[str, Any]:
+        """Request fields the engine's own parallel options translate to beyond the one-to-one
+        declarations (none for most engines: a command line's sizes are the request's)."""
+        return {}
+
+    def offload(
+        self, arch: Architecture, s: EngineSettings, layout: WeightLayout, pp: int
+    ) -> WeightOffload | None:
+        """Weights the engine keeps in host memory instead of on the GPUs (None: none)."""
+        return None
+
+    def data_parallel(
+        self,
+        arch: Architecture,
+        s: EngineSettings,
+        tp: int,
+        dp: int,
+        expert_parallel: bool,
+        gpu: GpuSpec | None,
+    ) -> DataParallelPlan:
+        """What ``dp`` replicas (and expert parallelism) change per GPU. Plain PyTorch: each
+        replica is an independent copy; it has no expert parallelism."""
+        if expert_parallel:
+            raise InvalidRequest(
+                f"engine {self.name!r} has no expert parallelism; drop expert_parallel",
+                field="expert_parallel",
+            )
+        if dp > 1:
+            return DataParallelPlan(notes=(f"{dp} data-parallel replicas, each a full copy",))
+        return DataParallelPlan()
+
     def overheads(
         self, s: EngineSettings, tp: int, pp: int, layers_on_gpu: int, gpu: GpuSpec | None
     ) -> tuple[OverheadTerms, OverheadTerms]:
@@ -411,3 +569,11 @@ class StageArgs:
     layers: int = 0  # decoder layers on this stage
     index: int = 0  # the stage's place in the pipeline, first 0
     pp: int = 1
+    # Data and expert parallelism: how the routed experts sit, how many times a rank's own
+    # tokens a MoE layer works on.
+    experts: ExpertLayout | None = None
+    moe_token_factor: int = 1
+    # Weights the engine offloaded to host memory from this GPU, and the most of them one
+    # decoder layer holds.
+    offloaded_bytes: int = 0
+    offloaded_layer_bytes: int = 0

@@ -22,7 +22,7 @@ from service.estimator.engines.base import Engine, EngineSettings, Option
 from service.estimator.forward import prefill_transient
 
 if TYPE_CHECKING:
-    from service.estimator.inference.setup import ServingSetup, Stage
+    from service.estimator.engines.serving import ServingSetup, Stage
 
 __all__ = ["GenericEngine"]
 

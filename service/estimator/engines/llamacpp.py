@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from service.estimator.checkpoint import GgufWeights
 from service.estimator.engines.base import (
+    DecidedBy,
     Engine,
     EngineContext,
     EngineSettings,
@@ -53,8 +54,10 @@ from service.estimator.engines.overhead import OverheadTerms, framework_overhead
 from service.estimator.errors import InvalidRequest
 from service.estimator.ggml import row_bytes, type_named
 from service.estimator.gguf_quant import (
+    PRESETS,
     Role,
     converted_tensors,
+    fallback_type,
     get_preset,
     gguf_weights_of,
     preset_types,
@@ -65,8 +68,8 @@ from service.estimator.units import GIB, MIB, cdiv
 
 if TYPE_CHECKING:
     from service.estimator.checkpoint import CheckpointWeights
+    from service.estimator.engines.serving import ServingSetup, Stage
     from service.estimator.gpu import GpuSpec
-    from service.estimator.inference.setup import ServingSetup, Stage
     from service.estimator.weights import WeightLayout
 
 __all__ = [
@@ -143,6 +146,10 @@ def gguf_weights_from_architecture(arch: Architecture, weight_format: str) -> Gg
         matrix = type_named(_CONVERTED[weight_format])
     elif weight_format.startswith("gguf-"):
         matrix = type_named(weight_format.removeprefix("gguf-"))
+    elif weight_format in PRESETS:
+        # A preset whose per-tensor rule does not apply to this model (answer.py tried it):
+        # its bulk type on every matrix.
+        matrix = PRESETS[weight_format].default
     else:
         raise InvalidRequest(
             f"llama.cpp runs GGUF files: weight_format {weight_format} has no GGUF form here; "
@@ -152,7 +159,9 @@ def gguf_weights_from_architecture(arch: Architecture, weight_format: str) -> Gg
         )
     tensors = converted_tensors(arch)
     f32 = type_named("F32")
-    types = tuple(f32 if t.role is Role.KEPT else matrix for t in tensors)
+    # A row that is not a whole number of blocks takes llama-quantize's fall-back type (its
+    # --pure keeps that rule: tensor_type_fallback runs for every tensor).
+    types = tuple(f32 if t.role is Role.KEPT else fallback_type(matrix, t.ne0) for t in tensors)
     return gguf_weights_of(arch.num_layers, tensors, types, matrix.name)
 
 
@@ -175,6 +184,41 @@ class LlamaCppEngine(Engine):
         "cell of n_ctx, the compute buffer of the worst-case micro-batch"
     )
     context_option: ClassVar[str | None] = "n_ctx"
+    # Everything is allocated at context creation, for every cell and slot (module docstring):
+    # the workload only fills it.
+    decides_instead: ClassVar[tuple[DecidedBy, ...]] = (
+        DecidedBy(
+            "sequence_length",
+            ("n_ctx",),
+            "llama.cpp allocates the KV cache for every cell of n_ctx at start; a request only "
+            "fills cells",
+        ),
+        DecidedBy(
+            "batch_size",
+            ("n_parallel",),
+            "requests share the server's slots and their cells; nothing is allocated per request",
+        ),
+        DecidedBy(
+            "concurrency",
+            ("n_parallel",),
+            "requests share the server's slots and their cells; nothing is allocated per request",
+        ),
+        DecidedBy(
+            "prompt_tokens",
+            ("n_ubatch",),
+            "the compute buffer is reserved for one micro-batch of n_ubatch tokens over every cell",
+        ),
+        DecidedBy(
+            "kv_cache_dtype",
+            ("cache_type_k", "cache_type_v"),
+            "llama.cpp types the K and V caches by its own options",
+        ),
+        DecidedBy(
+            "attention",
+            ("flash_attn",),
+            "the compute buffer follows llama.cpp's flash-attention switch",
+        ),
+    )
     options: ClassVar[tuple[Option, ...]] = (
         Option(
             "n_gpu_layers",

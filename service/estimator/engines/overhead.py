@@ -44,6 +44,7 @@ __all__ = [
     "framework_overhead",
     "library_workspace_bytes",
     "nccl_bytes",
+    "nvswitch_board",
 ]
 
 # Resident threads of the reference GPU, an H100 SXM (132 multiprocessors × 2048): what a GPU
@@ -53,6 +54,18 @@ REFERENCE_RESIDENT_THREADS = 132 * 2048
 
 # Communicators a vLLM TP group keeps: torch's ProcessGroupNCCL and vLLM's own PyNccl.
 TP_COMMUNICATORS = 2
+
+
+def nvswitch_board(gpu: GpuSpec | None) -> bool:
+    """Whether TP peers share an NVSwitch board of the Hopper generation or later (NVLink
+    SHARP): SXM parts of compute capability 9.0 / 10.x; unknown GPUs and AMD's fully connected
+    XGMI boards keep the fitted figure."""
+    if gpu is None or gpu.compute_capability is None:
+        return True
+    name = gpu.name.lower()
+    if "pcie" in name or " nvl" in name:
+        return False
+    return gpu.compute_capability in ((9, 0), (10, 0), (10, 3))
 
 
 def nccl_bytes(
@@ -139,6 +152,10 @@ class OverheadTerms:
     activations: int = 0
     # SGLang's req_to_token table, allocated after the pool is sized.
     request_table: int = 0
+    # A MoE dispatch/combine backend's buffers (DeepEP), per GPU.
+    all_to_all: int = 0
+    # A KV-transfer connector's GPU buffers (disaggregated prefill/decode), per GPU.
+    kv_transfer: int = 0
 
     @property
     def total(self) -> int:
@@ -149,6 +166,8 @@ class OverheadTerms:
             + self.cuda_graphs
             + self.activations
             + self.request_table
+            + self.all_to_all
+            + self.kv_transfer
         )
 
     def lines(self) -> list[str]:
@@ -158,7 +177,8 @@ class OverheadTerms:
         if self.library_workspace:
             out.append(
                 "first forward's driver growth (stack reservation, lazily loaded kernels) "
-                f"{self.library_workspace / GIB:.2f} GiB per GPU"
+                f"{self.library_workspace / GIB:.2f} GiB per GPU (per resident thread, fitted "
+                "on H100 SXM rows; other GPUs scaled by their resident threads, unchecked)"
             )
         if self.nccl:
             out.append(f"NCCL buffers {self.nccl / GIB:.2f} GiB per GPU")
@@ -168,6 +188,10 @@ class OverheadTerms:
             out.append(f"forward activations {self.activations / GIB:.2f} GiB per GPU")
         if self.request_table:
             out.append(f"request-to-token table {self.request_table / GIB:.2f} GiB per GPU")
+        if self.all_to_all:
+            out.append(f"MoE all-to-all buffers {self.all_to_all / GIB:.2f} GiB per GPU")
+        if self.kv_transfer:
+            out.append(f"KV-transfer buffers {self.kv_transfer / GIB:.2f} GiB per GPU")
         return out
 
 

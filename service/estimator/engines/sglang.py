@@ -33,16 +33,21 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from service.estimator.engines import sglang_versions as sv
 from service.estimator.engines.base import (
+    DataParallelPlan,
+    DecidedBy,
     DtypeChoice,
     Engine,
     EngineContext,
     EngineSettings,
     Option,
     OptionValue,
+    StageArgs,
+    StageBuild,
+    WeightOffload,
     activation_dtype,
     tp_sizes_dividing_widths,
 )
@@ -51,23 +56,29 @@ from service.estimator.engines.overhead import (
     cuda_context_bytes,
     library_workspace_bytes,
     nccl_bytes,
+    nvswitch_board,
 )
 from service.estimator.engines.sglang_options import (
+    DECLARED,
     OPTIONS,
     derived_context_length,
     derived_defaults,
     gpu_mib,
 )
 from service.estimator.engines.vllm import concurrency_length
+from service.estimator.engines.vllm_features import cpu_offload, stacked_lora
 from service.estimator.engines.vllm_options import DTYPES
+from service.estimator.errors import InvalidRequest
 from service.estimator.formats import WeightFormat
 from service.estimator.model import Architecture
+from service.estimator.parallel import ExpertLayout
 from service.estimator.result import Capacity
 from service.estimator.units import GIB, MIB, normalize_dtype
 
 if TYPE_CHECKING:
+    from service.estimator.engines.serving import ServingSetup, Stage
     from service.estimator.gpu import GpuSpec
-    from service.estimator.inference.setup import ServingSetup, Stage
+    from service.estimator.weights import WeightLayout
 
 __all__ = ["SglangEngine", "SglangPool", "derived_context_length", "gpu_mib"]
 
@@ -103,9 +114,20 @@ class SglangEngine(Engine):
     summary: ClassVar[str] = (
         "SGLang: mem_fraction_static of the memory free at start holds weights and a token KV pool"
     )
+    declared: ClassVar[tuple[Option, ...]] = DECLARED
     budget_option: ClassVar[str | None] = "mem_fraction_static"
+    budget_reads_free_memory: ClassVar[bool] = True
     fused_kernels: ClassVar[bool] = True
     context_option: ClassVar[str | None] = "context_length"
+    decides_instead: ClassVar[tuple[DecidedBy, ...]] = (
+        DecidedBy(
+            "prompt_tokens",
+            ("mem_fraction_static", "chunked_prefill_size"),
+            "SGLang leaves activations the memory mem_fraction_static does not take and "
+            "prefills in chunks of chunked_prefill_size tokens; a request's prompt length "
+            "changes nothing",
+        ),
+    )
     # server_args.py reserves tp × pp / 8 GiB more per GPU as the group grows.
     reserve_grows_with_gpus: ClassVar[bool] = True
     options: ClassVar[tuple[Option, ...]] = OPTIONS
@@ -177,6 +199,56 @@ class SglangEngine(Engine):
             args += ["--dtype", str(s["dtype"])]
         return args
 
+    def command_layout(self, body: Mapping[str, Any], options: Mapping[str, Any]) -> dict[str, Any]:
+        """``--tp N --dp D --enable-dp-attention`` runs on N GPUs: D attention groups of
+        TP N / D, the MoE layers over all N (SGLang's ``compute_dp_attention_world_info``);
+        the estimate's layout is then TP N / D × DP D. Without it, ``--dp`` starts D copies."""
+        tp, dp = int(body.get("tensor_parallel_size", 1)), int(body.get("data_parallel_size", 1))
+        if options.get("enable_dp_attention") and dp > 1 and tp % dp == 0:
+            return {"tensor_parallel_size": tp // dp}
+        return {}
+
+    def data_parallel(
+        self,
+        arch: Architecture,
+        s: EngineSettings,
+        tp: int,
+        dp: int,
+        expert_parallel: bool,
+        gpu: GpuSpec | None,
+    ) -> DataParallelPlan:
+        """SGLang's MoE layers: experts divided among ``ep_size`` ranks, each split
+        ``tp_size / ep_size`` ways (``moe_ep_size``, ``moe_tp_size`` in server_args.py), over
+        the whole TP group; with DP attention that group is TP × DP of the estimate."""
+        attention_dp = bool(s.get("enable_dp_attention")) and dp > 1
+        group = tp * dp if attention_dp else tp
+        ep = int(s.get("ep_size") or 1)
+        if expert_parallel and ep == 1:
+            ep = group
+        notes: list[str] = []
+        unpriced: tuple[str, ...] = ()
+        if attention_dp:
+            notes.append(
+                f"SGLang DP attention: {dp} attention groups of TP {tp}, each with its own KV "
+                f"pool; the MoE layers span all {group} GPUs"
+            )
+        elif dp > 1:
+            notes.append(f"{dp} SGLang replicas (--dp without DP attention), each a full copy")
+        if arch.moe is None:
+            return DataParallelPlan(notes=tuple(notes))
+        if group % ep:
+            raise InvalidRequest(
+                f"ep_size {ep} must divide the {group} GPUs of the MoE group",
+                field="engine_options.ep_size",
+            )
+        redundant = int(s.get("ep_num_redundant_experts") or 0)
+        experts = ExpertLayout(tensor=group // ep, expert=ep, redundant=redundant)
+        if s.get("moe_a2a_backend") not in (None, "none"):
+            unpriced = (f"--moe-a2a-backend {s.get('moe_a2a_backend')}: its dispatch buffers",)
+        if group == tp and ep == 1:
+            return DataParallelPlan(notes=tuple(notes), unpriced=unpriced)
+        return DataParallelPlan(experts=experts, notes=tuple(notes), unpriced=unpriced)
+
     def max_model_len(self, s: EngineSettings) -> int | None:
         length = s["context_length"]
         return None if length is None else int(length)
@@ -187,28 +259,79 @@ class SglangEngine(Engine):
         self, s: EngineSettings, tp: int, pp: int, layers_on_gpu: int, gpu: GpuSpec | None
     ) -> tuple[OverheadTerms, OverheadTerms]:
         """Nothing is charged to the budget but the weights and the pool: the context and
-        NCCL are allocated before F0 is measured, the rest after the pool (in the slack)."""
+        NCCL are allocated before F0 is measured, the rest after the pool (in the slack).
+
+        NCCL as a TP group of two communicators holds it (SGLang's PyNccl and torch's process
+        group, which ``get_available_gpu_memory``'s all-reduce sets up): the fitted NVSwitch
+        figure on Hopper-and-later SXM boards, the per-peer channel buffers elsewhere (PCIe
+        boards such as 4 × L4), as vLLM's groups are priced."""
         graphs = 0 if s["disable_cuda_graph"] else GRAPH_BYTES_PER_BATCH * s["cuda_graph_max_bs"]
         outside = OverheadTerms(
             cuda_context=cuda_context_bytes(gpu),
             library_workspace=library_workspace_bytes(gpu),
-            nccl=nccl_bytes(tp, pp),
+            nccl=nccl_bytes(tp, pp, nvswitch=nvswitch_board(gpu)),
             cuda_graphs=graphs,
         )
         return OverheadTerms(), outside
 
+    def offload(
+        self, arch: Architecture, s: EngineSettings, layout: WeightLayout, pp: int
+    ) -> WeightOffload | None:
+        """``--cpu-offload-gb``: SGLang's offloader takes decoder-layer parameters in order
+        until the budget, as vLLM's does (``sglang/srt/utils/offloader.py``)."""
+        found = cpu_offload(
+            float(s.get("cpu_offload_gb") or 0), layout.layer_tensors, pp, arch.num_layers
+        )
+        if found is None:
+            return None
+        return WeightOffload(found.per_stage, found.largest_layer, found.note)
+
+    def stage(self, args: StageArgs) -> StageBuild:
+        """LoRA: ``max_loras_per_batch`` buffers of ``max_lora_rank`` on the target modules,
+        allocated with the model, before the pool is sized (``lora/mem_pool.py``:
+        ``LoRAMemoryPool.init_buffers``); no embedding or lm_head slots."""
+        s = args.settings
+        if not s.get("enable_lora"):
+            return StageBuild()
+        lora = stacked_lora(
+            args.arch,
+            slots=int(s["max_loras_per_batch"]),
+            rank=int(s["max_lora_rank"]),
+            cpu_adapters=0,
+            dtype=args.act_dtype,
+            fully_sharded=False,
+            vocab=False,
+            tp=args.tp,
+            pp=args.pp,
+            index=args.index,
+            experts=args.experts,
+            moe_lora=False,
+            engine="SGLang",
+        )
+        return StageBuild(extra_weights=lora.gpu_bytes, notes=(lora.note,))
+
     def complete(self, setup: ServingSetup) -> ServingSetup:
         """The slack's terms that depend on the model: one prefill chunk's activations and
-        the req_to_token table, whose rows follow from the pool's tokens."""
+        the req_to_token table, whose rows follow from the pool's tokens; with HiCache, the
+        host tier (``hicache_size`` GB, else ``hicache_ratio`` × the GPU pool)."""
         chunk = int(setup.settings["chunked_prefill_size"])
         outside = dataclasses.replace(
             setup.outside_budget, activations=int(setup.coeffs.per_token * chunk)
         )
+        host = setup.host_per_gpu
         if setup.gpu_memory_bytes is not None:
             with_activations = dataclasses.replace(setup, outside_budget=outside)
             pool = self.pool(with_activations, setup.gpu_memory_bytes)
             outside = dataclasses.replace(outside, request_table=pool.request_table_bytes)
-        return dataclasses.replace(setup, outside_budget=outside)
+            if setup.settings.get("enable_hierarchical_cache"):
+                size = int(setup.settings.get("hicache_size") or 0)
+                tier = (
+                    size * 10**9
+                    if size
+                    else int(float(setup.settings["hicache_ratio"]) * pool.pool_bytes)
+                )
+                host = tuple(h + tier for h in host)
+        return dataclasses.replace(setup, outside_budget=outside, host_per_gpu=host)
 
     def budget_bytes(self, setup: ServingSetup, gpu_memory_bytes: int) -> int:
         return int(
@@ -261,7 +384,8 @@ class SglangEngine(Engine):
         if not kv.sliding_layers or not self._hybrid(setup.arch, setup.settings):
             return kv.full_token_bytes
         per_layer = kv.layer_token_bytes
-        return per_layer * (kv.full_layers + sv.SWA_FULL_TOKENS_RATIO * kv.sliding_layers)
+        hybrid = per_layer * (kv.full_layers + sv.SWA_FULL_TOKENS_RATIO * kv.sliding_layers)
+        return hybrid + kv.extra_token_bytes
 
     def pool(self, setup: ServingSetup, gpu_memory_bytes: int) -> SglangPool:
         """The pool as ``profile_max_num_token`` / ``init_memory_pool`` size it."""

@@ -39,9 +39,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from service.estimator.engines.base import (
+    DataParallelPlan,
+    DecidedBy,
     DtypeChoice,
     Engine,
     EngineContext,
@@ -50,6 +52,7 @@ from service.estimator.engines.base import (
     OptionValue,
     StageArgs,
     StageBuild,
+    WeightOffload,
     activation_dtype,
     tp_sizes_dividing_widths,
 )
@@ -59,20 +62,35 @@ from service.estimator.engines.overhead import (
     cuda_context_bytes,
     cuda_graph_pool_bytes,
     framework_overhead,
+    nvswitch_board,
+)
+from service.estimator.engines.vllm_features import (
+    connector_cost,
+    cpu_offload,
+    fixed_pool_bytes,
+    lora_slots,
+    swap_space_bytes,
 )
 from service.estimator.engines.vllm_kv import VllmKvGroups, vllm_groups
-from service.estimator.engines.vllm_options import DTYPES, OPTIONS, derived_defaults, engine_line
+from service.estimator.engines.vllm_options import (
+    DECLARED,
+    DTYPES,
+    OPTIONS,
+    derived_defaults,
+    engine_line,
+)
+from service.estimator.engines.vllm_parallel import vllm_data_parallel
 from service.estimator.engines.vllm_profile import profile_peak
 from service.estimator.engines.vllm_versions import line_for
 from service.estimator.formats import WeightFormat
 from service.estimator.model import Architecture
 from service.estimator.result import Capacity
 from service.estimator.units import GIB, MIB, normalize_dtype
-from service.estimator.weights import Placement
+from service.estimator.weights import Placement, WeightLayout
 
 if TYPE_CHECKING:
+    from service.estimator.engines.serving import ServingSetup, Stage
     from service.estimator.gpu import GpuSpec
-    from service.estimator.inference.setup import ServingSetup, Stage
 
 __all__ = ["MLA_WORKSPACE_BYTES", "VllmEngine"]
 
@@ -119,7 +137,17 @@ class VllmEngine(Engine):
     budget_option: ClassVar[str | None] = "gpu_memory_utilization"
     fused_kernels: ClassVar[bool] = True
     context_option: ClassVar[str | None] = "max_model_len"
+    decides_instead: ClassVar[tuple[DecidedBy, ...]] = (
+        DecidedBy(
+            "prompt_tokens",
+            ("max_num_batched_tokens",),
+            "vLLM reserves activations for its profiling batch of max_num_batched_tokens "
+            "tokens; a request's prompt length changes nothing",
+        ),
+    )
     options: ClassVar[tuple[Option, ...]] = OPTIONS
+    declared: ClassVar[tuple[Option, ...]] = DECLARED
+    bool_flags: ClassVar[Literal["bool_optional", "switch"]] = "bool_optional"
 
     def defaults(
         self, values: Mapping[str, OptionValue | None], ctx: EngineContext
@@ -221,6 +249,43 @@ class VllmEngine(Engine):
         value_ = s["max_model_len"]
         return None if value_ is None else int(value_)
 
+    def offload(
+        self, arch: Architecture, s: EngineSettings, layout: WeightLayout, pp: int
+    ) -> WeightOffload | None:
+        found = cpu_offload(
+            float(s.get("cpu_offload_gb") or 0), layout.layer_tensors, pp, arch.num_layers
+        )
+        if found is None:
+            return None
+        return WeightOffload(found.per_stage, found.largest_layer, found.note)
+
+    def budget_bytes(self, setup: ServingSetup, gpu_memory_bytes: int) -> int:
+        """The total × gpu_memory_utilization; with a KV pool the caller fixed, vLLM ignores
+        the fraction and everything must fit the device beside the context and graphs."""
+        if _fixed_pool(setup.settings):
+            return gpu_memory_bytes - setup.outside_budget.total
+        return super().budget_bytes(setup, gpu_memory_bytes)
+
+    def budget_note(self, setup: ServingSetup, gpu_memory_bytes: int) -> str:
+        if _fixed_pool(setup.settings):
+            return (
+                f"usable = CUDA total {gpu_memory_bytes / GIB:.2f} GiB less the CUDA context "
+                "and graphs (a fixed KV pool: vLLM ignores gpu_memory_utilization)"
+            )
+        return super().budget_note(setup, gpu_memory_bytes)
+
+    def data_parallel(
+        self,
+        arch: Architecture,
+        s: EngineSettings,
+        tp: int,
+        dp: int,
+        expert_parallel: bool,
+        gpu: GpuSpec | None,
+    ) -> DataParallelPlan:
+        line = engine_line(str(s["version"]), gpu, str(s["dtype"]))
+        return vllm_data_parallel(line, arch, s, tp, dp, expert_parallel, gpu)
+
     def placement(self, arch: Architecture, s: EngineSettings, act_bytes: float) -> Placement:
         rope = rope_table_bytes(arch, act_bytes)
         workspace = MLA_WORKSPACE_BYTES if arch.mla is not None else 0
@@ -250,12 +315,13 @@ class VllmEngine(Engine):
         context_inside = line.budget in ("device", "extensible")
         graphs_inside = line.graphs_in_budget
         inside = framework_overhead(
-            tp, pp, cuda_context=context_inside, nvswitch=_nvswitch_board(gpu), gpu=gpu
+            tp, pp, cuda_context=context_inside, nvswitch=nvswitch_board(gpu), gpu=gpu
         )
         inside = dataclasses.replace(inside, cuda_graphs=graphs if graphs_inside else 0)
         outside = OverheadTerms(
             cuda_context=0 if context_inside else cuda_context_bytes(gpu),
             cuda_graphs=0 if graphs_inside else graphs,
+            kv_transfer=connector_cost(s, tp, pp).gpu_outside,
         )
         return inside, outside
 
@@ -277,6 +343,8 @@ class VllmEngine(Engine):
             gpu=args.gpu,
             mm_limit=s.get("limit_mm_per_prompt"),
             sampler_kind=str(s.get("sampler", "auto")),
+            moe_tp=args.experts.tensor if args.experts is not None else None,
+            moe_token_factor=args.moe_token_factor,
         )
         fixed = int(run.peak)
         notes = list(run.notes)
@@ -300,6 +368,48 @@ class VllmEngine(Engine):
                 f"vLLM's {backend} mxfp4 MoE kernel stores the experts padded and converted: "
                 f"{extra / GIB:+.3f} GiB per GPU against the checkpoint's layout"
             )
+        if not line.v1 and args.offloaded_layer_bytes:
+            # V0 copies an offloaded module's parameters to the GPU for its forward.
+            fixed += args.offloaded_layer_bytes
+            notes.append(
+                f"V0 brings an offloaded layer's {args.offloaded_layer_bytes / GIB:.2f} GiB back "
+                "to the GPU for its forward (held during the profiling run)"
+            )
+        lora = lora_slots(
+            args.arch,
+            s,
+            tp=args.tp,
+            pp=args.pp,
+            index=args.index,
+            act_dtype=args.act_dtype,
+            experts=args.experts,
+            moe_lora=line.moe_lora,
+        )
+        host = swap_space_bytes(s, line.v1)
+        if host:
+            notes.append(f"V0 swap space {host / GIB:.2f} GiB of pinned host memory per GPU")
+        if lora is not None:
+            extra += lora.gpu_bytes
+            host += lora.host_bytes
+            notes.append(lora.note)
+        kv_offload = float(s.get("kv_offloading_size") or 0)
+        if kv_offload:
+            share = int(kv_offload * GIB / (args.tp * args.pp))
+            host += share
+            notes.append(
+                f"--kv-offloading-size {kv_offload:g} GiB ({s.get('kv_offloading_backend')}): "
+                f"{share / GIB:.2f} GiB of host memory per GPU for offloaded KV blocks"
+            )
+        transfer = connector_cost(s, args.tp, args.pp)
+        host += transfer.host
+        if transfer.note:
+            notes.append(transfer.note)
+        groups = vllm_groups(
+            args.kv, int(s["block_size"]), tokens_from_concurrency=line.kv_tokens_from_concurrency
+        )
+        pool = fixed_pool_bytes(s, groups.block_bytes)
+        if pool is not None:
+            notes.append(pool[1])
         if args.gpu is not None and args.gpu.vendor == "amd" and args.tp > 1:
             notes.append(
                 "RCCL's buffers on ROCm are priced as NCCL's (fitted on H100 NVSwitch boards); "
@@ -307,14 +417,27 @@ class VllmEngine(Engine):
             )
         return StageBuild(
             fixed_activation=fixed,
-            state=vllm_groups(
-                args.kv,
-                int(s["block_size"]),
-                tokens_from_concurrency=line.kv_tokens_from_concurrency,
-            ),
+            state=groups,
             notes=tuple(notes),
             extra_weights=extra,
+            kv_pool=pool[0] if pool is not None else None,
+            host_per_gpu=host,
+            unpriced=transfer.unpriced,
         )
+
+    def complete(self, setup: ServingSetup) -> ServingSetup:
+        """A connector that mirrors the KV pool in host memory (NIXL's host buffer) holds as
+        much host memory as the pool it mirrors, known once the GPU is."""
+        if not connector_cost(setup.settings, setup.tp, setup.pp).host_is_pool:
+            return setup
+        if setup.gpu_memory_bytes is None:
+            return setup
+        usable = setup.usable(setup.gpu_memory_bytes)
+        host = tuple(
+            h + max(0, st.kv_pool if st.kv_pool is not None else usable - st.base)
+            for h, st in zip(setup.host_per_gpu, setup.stages, strict=True)
+        )
+        return dataclasses.replace(setup, host_per_gpu=host)
 
     def setup_notes(
         self, arch: Architecture, s: EngineSettings, last_state: object
@@ -361,7 +484,10 @@ class VllmEngine(Engine):
         conc_len = concurrency_length(setup, seq_len)
         mnbt = int(setup.settings["max_num_batched_tokens"])
         pools = [
-            budget - st.weights - st.fixed_activation - setup.overhead.total for st in setup.stages
+            st.kv_pool
+            if st.kv_pool is not None
+            else budget - st.weights - st.fixed_activation - setup.overhead.total
+            for st in setup.stages
         ]
         # Every worker gets the block count of the smallest pool (vLLM unifies num_blocks).
         idx = min(range(len(pools)), key=lambda i: pools[i])
@@ -406,20 +532,16 @@ class VllmEngine(Engine):
         the workload's KV replaced by one such request, the most loaded GPU must still fit."""
         conc_len = setup.max_model_len or seq_len
         mnbt = int(setup.settings["max_num_batched_tokens"])
-        need_one = self._groups(setup.stages[-1]).request_bytes(conc_len, mnbt)
+        last = setup.stages[-1]
+        need_one = self._groups(last).request_bytes(conc_len, mnbt)
+        if last.kv_pool is not None:
+            return need_one > last.kv_pool
         return required - kv_last + need_one > usable
 
 
-def _nvswitch_board(gpu: GpuSpec | None) -> bool:
-    """Whether TP peers share an NVSwitch board of the Hopper generation or later (NVLink
-    SHARP): SXM parts of compute capability 9.0 / 10.x; unknown GPUs and AMD's fully connected
-    XGMI boards keep the fitted figure."""
-    if gpu is None or gpu.compute_capability is None:
-        return True
-    name = gpu.name.lower()
-    if "pcie" in name or " nvl" in name:
-        return False
-    return gpu.compute_capability in ((9, 0), (10, 0), (10, 3))
+def _fixed_pool(s: EngineSettings) -> bool:
+    """Whether the caller fixed the KV pool (its size, or its block count)."""
+    return bool(s.get("kv_cache_memory_bytes") or s.get("num_gpu_blocks_override"))
 
 
 def _cc(cc: tuple[int, int] | None) -> str:

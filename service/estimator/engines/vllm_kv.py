@@ -51,6 +51,8 @@ class VllmKvGroups:
     block_size: int
     window: int | None
     state_groups: int = 0  # linear-attention (MambaSpec) groups: one block per request
+    # A drafter's KV bytes per token, allocated with every block (speculative decoding).
+    extra_token_bytes: int = 0
     # The sliding groups' block size when their page was unified by growing it (Gemma 4: a
     # sliding layer's token is half a full layer's, so its block holds twice the tokens).
     sliding_block_size: int | None = None
@@ -76,10 +78,15 @@ class VllmKvGroups:
         """What one token of pool costs: a layer slot in every group that holds tokens."""
         full = self.full_groups * self.group_size * self.page_bytes // self.block_size
         sliding = self.sliding_groups * self.group_size * self.page_bytes // self.sliding_block
-        return full + sliding
+        return full + sliding + self.extra_token_bytes
+
+    @property
+    def block_bytes(self) -> int:
+        """One block of every layer slot of a group, with the drafter's share of it."""
+        return self.page_bytes * self.group_size + self.extra_token_bytes * self.block_size
 
     def num_blocks(self, pool_bytes: int) -> int:
-        return max(0, pool_bytes // self.page_bytes // self.group_size)
+        return max(0, pool_bytes // self.block_bytes)
 
     def pool_tokens(self, num_blocks: int) -> int:
         """The token count vLLM logs ("GPU KV cache size") before 0.21."""
@@ -105,11 +112,7 @@ class VllmKvGroups:
         return n
 
     def request_bytes(self, seq_len: int, max_num_batched_tokens: int) -> int:
-        return (
-            self.blocks_per_request(seq_len, max_num_batched_tokens)
-            * self.page_bytes
-            * self.group_size
-        )
+        return self.blocks_per_request(seq_len, max_num_batched_tokens) * self.block_bytes
 
 
 # vLLM's attention kernel block alignment for hybrid attention + Mamba models (non-MLA).
@@ -119,10 +122,14 @@ _STATE_BLOCK_ALIGNMENT = 16
 def vllm_groups(
     layout: KvLayout, block_size: int, *, tokens_from_concurrency: bool = False
 ) -> VllmKvGroups:
-    """Group a stage's layers the way vLLM v1 does for a uniform page size."""
+    """Group a stage's layers the way vLLM v1 does for a uniform page size; a drafter's KV
+    rides on every block (exact for one group of full-attention layers; with several groups
+    it is charged on each)."""
     groups = _groups(layout, block_size)
     if tokens_from_concurrency:
         groups = dataclasses.replace(groups, tokens_from_concurrency=True)
+    if layout.extra_token_bytes:
+        groups = dataclasses.replace(groups, extra_token_bytes=layout.extra_token_bytes)
     return groups
 
 
@@ -133,7 +140,8 @@ def _groups(layout: KvLayout, block_size: int) -> VllmKvGroups:
     if layout.indexer_layers and not sliding:
         # The latent and the indexer keys are full-attention specs of two page sizes: one
         # group of per-layer specs (UniformTypeKVCacheSpecs), a block of every layer's pages.
-        return VllmKvGroups(1, 1, 0, block_size * layout.full_token_bytes, block_size, None)
+        own = layout.full_token_bytes - layout.extra_token_bytes  # the drafter's rides apart
+        return VllmKvGroups(1, 1, 0, block_size * own, block_size, None)
     page = block_size * layout.layer_token_bytes
     if full and sliding:
         full_block, sliding_block, page = _unified_blocks(layout, block_size)

@@ -16,8 +16,16 @@ from typing import TYPE_CHECKING
 
 from service.estimator.engines.base import EngineContext, Option, OptionValue
 from service.estimator.engines.mxfp4_storage import BACKENDS
+from service.estimator.engines.vllm_features import KV_CONNECTORS, LORA_DTYPES
+from service.estimator.engines.vllm_parallel import ALL2ALL_BACKENDS, PRICED_ALL2ALL
 from service.estimator.engines.vllm_profile import SAMPLER_CHOICES
-from service.estimator.engines.vllm_versions import LINES, NEWEST, VllmLine, line_for
+from service.estimator.engines.vllm_versions import (
+    LINES,
+    NEWEST,
+    VllmLine,
+    line_for,
+    v0_batch_tokens,
+)
 from service.estimator.errors import InvalidRequest
 from service.estimator.model import Architecture
 from service.estimator.units import GIB
@@ -26,6 +34,8 @@ if TYPE_CHECKING:
     from service.estimator.gpu import GpuSpec
 
 __all__ = [
+    "COMMAND_LINE",
+    "DECLARED",
     "DTYPES",
     "DTYPE_OPTION",
     "LARGE_GPU_BYTES",
@@ -39,8 +49,6 @@ __all__ = [
 # vLLM's thresholds for its larger scheduling defaults (EngineArgs, usage context OpenAI server).
 LARGE_GPU_BYTES = 70 * GIB
 HUGE_GPU_BYTES = 160 * GIB  # v0.34's top tier (B200/B300, MI300X)
-# V0 turns chunked prefill on above this max_model_len (EngineArgs.create_engine_config).
-V0_CHUNKED_ABOVE = 32768
 _V0_FALLBACK = next(line for line in LINES if line.name == "0.6.5")
 # When a config names no context length at all.
 FALLBACK_MAX_MODEL_LEN = 2048
@@ -70,7 +78,7 @@ def derived_max_model_len(arch: Architecture, line: VllmLine = NEWEST) -> int:
     """vLLM's ``_get_and_verify_max_len`` without a user value: the config's context (from
     0.8.5 a stated ``model_max_length`` replaces it, before it only lowers it), scaled by the
     rope factor except for Gemma 3 and the su / longrope / llama3 types, yarn scaling the
-    original context (not in 0.34, where yarn's context already is scaled); from 0.11.2 a
+    original context (not in 0.34, where yarn's context already is scaled); from 0.11.1 a
     longrope model defaults to its original context. 0.6.4 caps a model with interleaved
     sliding-window layers to its window (it disables the window)."""
     derived = arch.max_position_embeddings or FALLBACK_MAX_MODEL_LEN
@@ -121,9 +129,15 @@ def batch_defaults(
     larger token budget of each tier (``EngineArgs._set_default_args``, 0.8.5-0.34)."""
     if line.batch == "v0":
         seqs = 256 if seqs_given is None else int(seqs_given)
-        if max_model_len > V0_CHUNKED_ABOVE and ctx.architecture.vision is None:
-            return line.v0_chunked_tokens, seqs
-        return max(max_model_len, 2048), seqs
+        arch, gpu = ctx.architecture, ctx.gpu
+        return v0_batch_tokens(
+            line,
+            max_model_len,
+            multimodal=arch.vision is not None,
+            sliding_window=arch.sliding_window is not None,
+            mla=arch.mla is not None,
+            rocm=gpu is not None and gpu.vendor == "amd",
+        ), seqs
     offline = entrypoint == "llm"
     mem = ctx.gpu_memory_bytes
     gpu = ctx.gpu
@@ -159,6 +173,8 @@ OPTIONS: tuple[Option, ...] = (
         high=1.0,
         low_open=True,
         flag="--gpu-memory-utilization",
+        flags=("--device-memory-utilization",),
+        chart_fields=("gpuMemoryUtilization",),
     ),
     Option(
         "max_model_len",
@@ -167,6 +183,9 @@ OPTIONS: tuple[Option, ...] = (
         low=1,
         high=1 << 24,
         flag="--max-model-len",
+        int_syntax="vllm_or_auto",
+        cli_low=-1,
+        chart_fields=("maxModelLen",),
     ),
     Option(
         "max_num_batched_tokens",
@@ -178,6 +197,7 @@ OPTIONS: tuple[Option, ...] = (
         low=1,
         high=1 << 24,
         flag="--max-num-batched-tokens",
+        int_syntax="vllm",
     ),
     Option(
         "max_num_seqs",
@@ -186,6 +206,7 @@ OPTIONS: tuple[Option, ...] = (
         low=1,
         high=1 << 20,
         flag="--max-num-seqs",
+        chart_fields=("maxNumSeqs",),
     ),
     Option(
         "block_size",
@@ -222,12 +243,14 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "sampler",
         str,
-        "vLLM: the top-k/top-p sampler its profiling run measures (`auto`: the line's own; "
-        "`flashinfer`: FlashInfer's, which V1 picks whenever the flashinfer package is "
-        "installed in 0.8-0.10 (the Docker image ships it, a plain pip install does not) and "
-        "only under VLLM_USE_FLASHINFER_SAMPLER=1 in 0.11-0.20; the log then says 'Using "
-        "FlashInfer for top-p & top-k sampling'. From 0.21 FlashInfer serves by default but "
-        "the profiling run also warms the Triton path, whose peak stands either way).",
+        "vLLM: the top-k/top-p sampler its profiling run measures (`auto`: what the line's "
+        "official image vllm/vllm-openai runs: FlashInfer's in 0.8-0.11.0, whose V1 sampler takes "
+        "it whenever the flashinfer package imports and whose image ships it, the line's own "
+        "elsewhere and on ROCm; `native`: the line's own, as a pip install without flashinfer "
+        "runs it; `flashinfer`: FlashInfer's, which 0.11.1-0.20 take only under "
+        "VLLM_USE_FLASHINFER_SAMPLER=1; the log then says 'Using FlashInfer for top-p & top-k "
+        "sampling'. From 0.21 the profiling run also warms the Triton path, whose peak stands "
+        "either way).",
         default="auto",
         choices=SAMPLER_CHOICES,
     ),
@@ -249,8 +272,344 @@ OPTIONS: tuple[Option, ...] = (
         low=0,
         high=1 << 20,
         flag="--limit-mm-per-prompt",
+        cli_kind="json",
+        json_keys=((("image",), "limit_mm_per_prompt", 1),),
+    ),
+    Option(
+        "all2all_backend",
+        str,
+        "vLLM: how expert-parallel MoE layers dispatch tokens (--all2all-backend; "
+        "VLLM_ALL2ALL_BACKEND before 0.13): the gather backends give each rank every DP "
+        "rank's tokens, DeepEP allocates its NVLink/RDMA buffers.",
+        default="allgather_reducescatter",
+        choices=ALL2ALL_BACKENDS,
+        flag="--all2all-backend",
+        env="VLLM_ALL2ALL_BACKEND",
+        priced_values=tuple(b for b in ALL2ALL_BACKENDS if b in PRICED_ALL2ALL),
+    ),
+    Option(
+        "moe_dp_chunk_size",
+        int,
+        "vLLM: tokens per rank DeepEP's low-latency buffers are sized for "
+        "(VLLM_MOE_DP_CHUNK_SIZE, 256).",
+        default=256,
+        low=1,
+        high=1 << 20,
+        env="VLLM_MOE_DP_CHUNK_SIZE",
+    ),
+    Option(
+        "enable_eplb",
+        bool,
+        "vLLM: expert-parallel load balancing (adds num_redundant_experts physical experts).",
+        default=False,
+        flag="--enable-eplb",
+    ),
+    Option(
+        "enable_lora",
+        bool,
+        "vLLM: LoRA adapters; max_loras slots of max_lora_rank are allocated on every "
+        "supported module before the KV cache is sized.",
+        default=False,
+        flag="--enable-lora",
+    ),
+    Option(
+        "max_loras",
+        int,
+        "vLLM: adapters served in one batch (GPU slots).",
+        default=1,
+        low=1,
+        high=1024,
+        flag="--max-loras",
+        chart_fields=("maxLoras",),
+    ),
+    Option(
+        "max_lora_rank",
+        int,
+        "vLLM: the largest adapter rank; every slot is allocated at it.",
+        default=16,
+        choices=(1, 8, 16, 32, 64, 128, 256, 320, 512),
+        flag="--max-lora-rank",
+    ),
+    Option(
+        "max_cpu_loras",
+        int,
+        "vLLM: adapters kept in each worker's CPU cache (host memory; default max_loras).",
+        low=1,
+        high=1 << 16,
+        flag="--max-cpu-loras",
+    ),
+    Option(
+        "lora_dtype",
+        str,
+        "vLLM: the dtype of the LoRA slots (`auto`: the model's).",
+        default="auto",
+        choices=tuple(LORA_DTYPES),
+        flag="--lora-dtype",
+    ),
+    Option(
+        "fully_sharded_loras",
+        bool,
+        "vLLM: shard both LoRA matrices over TP (the rank of column layers' A, the output of "
+        "row layers' B).",
+        default=False,
+        flag="--fully-sharded-loras",
+    ),
+    Option(
+        "cpu_offload_gb",
+        float,
+        "vLLM: GiB of weights per GPU kept in pinned host memory (decoder-layer parameters in "
+        "order until the budget).",
+        default=0.0,
+        low=0.0,
+        high=1 << 20,
+        flag="--cpu-offload-gb",
+    ),
+    Option(
+        "kv_cache_memory_bytes",
+        int,
+        "vLLM (0.11+): a KV pool of this many bytes per GPU instead of the utilization budget "
+        "(0: unset).",
+        low=0,
+        high=1 << 50,
+        flag="--kv-cache-memory-bytes",
+        int_syntax="vllm",
+    ),
+    Option(
+        "num_gpu_blocks_override",
+        int,
+        "vLLM: the KV pool's block count, whatever the budget leaves.",
+        low=1,
+        high=1 << 30,
+        flag="--num-gpu-blocks-override",
+    ),
+    Option(
+        "swap_space",
+        float,
+        "vLLM V0 lines: GiB of pinned host memory per GPU for swapped-out KV blocks (V1 "
+        "allocates none).",
+        default=4.0,
+        low=0.0,
+        high=1 << 20,
+        flag="--swap-space",
+    ),
+    Option(
+        "kv_offloading_size",
+        float,
+        "vLLM (0.12+): GiB of host memory for offloaded KV blocks, for the whole TP × PP group.",
+        low=0.0,
+        high=1 << 20,
+        flag="--kv-offloading-size",
+    ),
+    Option(
+        "kv_offloading_backend",
+        str,
+        "vLLM: the KV offload backend (`native` or `lmcache`).",
+        default="native",
+        choices=("native", "lmcache"),
+        flag="--kv-offloading-backend",
+    ),
+    Option(
+        "num_redundant_experts",
+        int,
+        "vLLM: EPLB's redundant expert copies per MoE layer, spread over the EP ranks "
+        "(--eplb-config num_redundant_experts; --num-redundant-experts in 0.10-0.11).",
+        default=0,
+        low=0,
+        high=1 << 16,
+        flag="--num-redundant-experts",
+    ),
+    Option(
+        "kv_connector",
+        str,
+        "vLLM: the KV-transfer connector of a disaggregated prefill/decode role "
+        "(--kv-transfer-config kv_connector): NixlConnector (host buffers with "
+        "kv_buffer_device cpu), P2pNcclConnector (a GPU send buffer of kv_buffer_size), "
+        "LMCacheConnectorV1 and OffloadingConnector (host memory).",
+        choices=KV_CONNECTORS,
+    ),
+    Option(
+        "kv_role",
+        str,
+        "vLLM: the role of this instance in disaggregated serving (kv_producer: prefill, "
+        "kv_consumer: decode, kv_both).",
+        choices=("kv_producer", "kv_consumer", "kv_both"),
+    ),
+    Option(
+        "kv_buffer_device",
+        str,
+        "vLLM: where the connector's transfer buffers live (cuda or cpu).",
+        default="cuda",
+        choices=("cuda", "cpu"),
+    ),
+    Option(
+        "kv_buffer_size",
+        float,
+        "vLLM: the connector's buffer size in bytes (P2pNcclConnector's GPU send store; 1e9).",
+        default=1e9,
+        low=0.0,
+        high=float(1 << 50),
+    ),
+    Option(
+        "kv_connector_host_bytes",
+        int,
+        "vLLM: host memory per GPU the connector is configured to keep KV in (LMCache's "
+        "max_local_cpu_size, the offloading connector's cpu_bytes_to_use).",
+        low=0,
+        high=1 << 50,
     ),
 )
+
+#: Command-line options of ``vllm serve`` that are not engine options of an estimate: the
+#: request fields they set, and those read for no memory effect (vllm/engine/arg_utils.py,
+#: EngineArgs.add_cli_args, 0.19 and 0.34).
+COMMAND_LINE: tuple[Option, ...] = (
+    Option("model", str, "The model.", flag="--model", role="field", field="model"),
+    Option(
+        "served_model_name",
+        str,
+        "Names the API serves the model under.",
+        flag="--served-model-name",
+        cli_kind="str_list",
+        role="inert",
+    ),
+    Option(
+        "tensor_parallel_size",
+        int,
+        "GPUs one layer is split over.",
+        default=1,
+        low=1,
+        high=1024,
+        flag="--tensor-parallel-size",
+        flags=("-tp",),
+        role="field",
+        field="tensor_parallel_size",
+        chart_fields=("tensorParallelSize",),
+    ),
+    Option(
+        "pipeline_parallel_size",
+        int,
+        "Pipeline stages.",
+        default=1,
+        low=1,
+        high=1024,
+        flag="--pipeline-parallel-size",
+        flags=("-pp",),
+        role="field",
+        field="pipeline_parallel_size",
+    ),
+    Option(
+        "data_parallel_size",
+        int,
+        "Data-parallel ranks (a MoE model's expert layers span all of them).",
+        default=1,
+        low=1,
+        high=1024,
+        flag="--data-parallel-size",
+        flags=("-dp",),
+        role="field",
+        field="data_parallel_size",
+    ),
+    Option(
+        "data_parallel_size_local",
+        int,
+        "Data-parallel ranks on this node (the pod's GPUs are TP × PP × these).",
+        low=1,
+        high=1024,
+        flag="--data-parallel-size-local",
+        flags=("-dpl",),
+        role="inert",
+        note="the data-parallel ranks this pod runs (its GPUs: TP × PP × these)",
+    ),
+    Option(
+        "enable_expert_parallel",
+        bool,
+        "Expert parallelism.",
+        default=False,
+        flag="--enable-expert-parallel",
+        flags=("-ep",),
+        role="field",
+        field="expert_parallel",
+    ),
+    Option(
+        "kv_cache_dtype",
+        str,
+        "The KV cache's dtype.",
+        default="auto",
+        flag="--kv-cache-dtype",
+        role="field",
+        field="kv_cache_dtype",
+    ),
+    Option(
+        "quantization",
+        str,
+        "Online quantization method, or the checkpoint's.",
+        flag="--quantization",
+        flags=("-q",),
+        role="field",
+        field="weight_format",
+    ),
+    Option(
+        "speculative_config",
+        str,
+        "Speculative decoding (JSON: method, model, num_speculative_tokens, "
+        "draft_tensor_parallel_size).",
+        flag="--speculative-config",
+        flags=("-sc",),
+        cli_kind="json",
+        role="field",
+        field="speculative",
+        json_keys=(
+            (("method",), "speculative.method", 1),
+            (("model",), "speculative.model", 1),
+            (("num_speculative_tokens",), "speculative.num_speculative_tokens", 1),
+            (("draft_tensor_parallel_size",), "speculative.draft_tensor_parallel_size", 1),
+        ),
+    ),
+    Option(
+        "eplb_config",
+        str,
+        "EPLB's settings (JSON; num_redundant_experts is priced).",
+        flag="--eplb-config",
+        cli_kind="json",
+        role="field",
+        field="engine_options",
+        json_keys=((("num_redundant_experts",), "num_redundant_experts", 1),),
+    ),
+    Option(
+        "kv_transfer_config",
+        str,
+        "The KV-transfer connector (JSON: kv_connector, kv_role, kv_buffer_device, "
+        "kv_buffer_size, kv_connector_extra_config).",
+        flag="--kv-transfer-config",
+        cli_kind="json",
+        role="field",
+        field="engine_options",
+        json_keys=(
+            (("kv_connector",), "kv_connector", 1),
+            (("kv_role",), "kv_role", 1),
+            (("kv_buffer_device",), "kv_buffer_device", 1),
+            (("kv_buffer_size",), "kv_buffer_size", 1),
+            # LMCache's local CPU cache, GiB per rank (LMCacheEngineConfig max_local_cpu_size).
+            (
+                ("kv_connector_extra_config", "lmcache.max_local_cpu_size"),
+                "kv_connector_host_bytes",
+                GIB,
+            ),
+            # The offloading connector's host budget (config/vllm.py cpu_bytes_to_use).
+            (("kv_connector_extra_config", "cpu_bytes_to_use"), "kv_connector_host_bytes", 1),
+        ),
+    ),
+    Option(
+        "trust_remote_code",
+        bool,
+        "Run the model repository's own code.",
+        default=False,
+        flag="--trust-remote-code",
+        role="inert",
+    ),
+)
+
+DECLARED: tuple[Option, ...] = (*OPTIONS, *COMMAND_LINE)
 
 
 def derived_defaults(

@@ -29,7 +29,7 @@ max_num_seqs × max(1, min(limit_per_prompt, max_model_len // tokens_per_item)))
 the tower's image size (``MultiModalBudget.get_max_items``; ``budget = max(T, tokens_per_item)``;
 v0.8.5 rounds up), pixels in fp32 as the image processor returns them, outputs
 ``tokens_per_item × H`` each in the model dtype — expanded to ``budget`` rows each in
-v0.11.2 (``new_zeros(encoder_budget, hidden)``).
+v0.11.0 - v0.11.2 (``new_zeros(encoder_budget, hidden)``).
 """
 
 from __future__ import annotations
@@ -48,14 +48,17 @@ __all__ = [
     "encoder_items",
     "profile_peak",
     "sampler_buffer_rows",
+    "sampler_choice",
 ]
 
 # Multiprocessors assumed when the GPU's count is unknown (H100 SXM / H200: 132; a MIG slice
 # too, whose share is not published); it sizes the Triton sampler's cached buffer, whose rows
 # never exceed it.
 DEFAULT_MULTIPROCESSORS = 132
-# vLLM's default image limit per prompt when --limit-mm-per-prompt names none (999).
+# vLLM's default image limit per prompt when --limit-mm-per-prompt names none: 999 in V1, one
+# item per modality in V0 (MultiModalConfig.get_limit_per_prompt, v0.8.5).
 DEFAULT_MM_LIMIT = 999
+V0_DEFAULT_MM_LIMIT = 1
 # Formats whose linears quantize activations on the fly (W8A8 int8, fp8 on native-fp8 GPUs).
 _ACT_QUANT_KINDS = ("int8-channel", "fp8-tensor", "fp8-channel", "fp8-block")
 # Architectures vLLM runs through ``models/llama.py`` (``registry.py``), whose ``LlamaMLP.forward``
@@ -93,8 +96,41 @@ _SAMPLER_BYTES["flashinfer"] = 12.0
 # ``top_k_top_p_sampling_from_probs`` with a [32, R] uniform-sample tensor and no [R, V] buffer.
 _FLASHINFER_FROM_PROBS = 8.0
 
-#: ``sampler`` engine option values: ``auto`` runs the line's own sampler.
-SAMPLER_CHOICES = ("auto", "flashinfer")
+#: ``sampler`` engine option values: ``auto`` runs what the line's official image runs
+#: (:func:`sampler_choice`), ``flashinfer`` FlashInfer's top-k/top-p, ``native`` the line's own.
+SAMPLER_CHOICES = ("auto", "flashinfer", "native")
+
+
+def sampler_choice(line: VllmLine, requested: str, gpu: GpuSpec | None) -> tuple[str, str | None]:
+    """(``flashinfer`` or the line's own sampler kind, the note that names the choice).
+
+    ``auto`` follows the project's official image of the line (``VllmLine.image_installs``):
+    where it ships flashinfer and the line's V1 sampler takes it whenever it imports (0.8 -
+    0.11.0), FlashInfer samples on an NVIDIA GPU (``current_platform.is_cuda()``; ROCm builds
+    sample natively). V0 samples with FlashInfer only under an environment variable and keeps
+    its own sampler here."""
+    if not line.v1:
+        return line.sampler, (
+            "V0 samples with FlashInfer only under VLLM_USE_FLASHINFER_SAMPLER=1: modelled with "
+            "its sort-based sampler"
+            if requested == "flashinfer"
+            else None
+        )
+    cuda = gpu is None or gpu.vendor != "amd"
+    if requested == "auto":
+        if line.image_installs == "flashinfer" and cuda:
+            return "flashinfer", (
+                f"sampler: FlashInfer's top-k/top-p, as in vLLM's official image of this line "
+                f"(vllm/vllm-openai, flashinfer {line.image_flashinfer}), whose V1 sampler takes "
+                "it whenever it imports; a pip install without flashinfer samples natively "
+                "(engine_options.sampler: native)"
+            )
+        return line.sampler, None
+    if requested == "flashinfer" and not cuda:
+        return line.sampler, "FlashInfer's sampler is CUDA-only: a ROCm build samples natively"
+    if requested == "native":
+        return line.sampler, None
+    return "flashinfer", None
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,9 +175,18 @@ def activation_quantized(kind: str, gpu: GpuSpec | None) -> bool:
 
 
 def _layer_moment(
-    arch: Architecture, c: ForwardCoefficients, line: VllmLine, tp: int, t: int, quant: bool
+    arch: Architecture,
+    c: ForwardCoefficients,
+    line: VllmLine,
+    tp: int,
+    t: int,
+    quant: bool,
+    moe_tp: int | None = None,
+    moe_tokens: int | None = None,
 ) -> tuple[float, float]:
-    """(transient, persistent) bytes of the widest layer moment beyond the residual stream."""
+    """(transient, persistent) bytes of the widest layer moment beyond the residual stream;
+    a MoE layer's experts split ``moe_tp`` ways (default ``tp``) over ``moe_tokens`` tokens
+    (default ``t``: data-parallel gathering hands it more)."""
     d = c.dtype_bytes
     attention, dense = dense_widths(arch, tp)
     widest = max(attention, 0.0) * d * t
@@ -158,7 +203,13 @@ def _layer_moment(
             per = dense * d
         widest = max(widest, per * t)
     moe = moe_buffers(
-        arch, tp, t, d, line.moe, chunk=line.moe_chunk_tokens, quantized_activations=quant
+        arch,
+        moe_tp or tp,
+        moe_tokens or t,
+        d,
+        line.moe,
+        chunk=line.moe_chunk_tokens,
+        quantized_activations=quant,
     )
     return max(widest, moe.transient), moe.persistent
 
@@ -177,28 +228,38 @@ def profile_peak(
     gpu: GpuSpec | None,
     mm_limit: int | None,
     sampler_kind: str = "auto",
+    moe_tp: int | None = None,
+    moe_token_factor: int = 1,
 ) -> ProfileRun:
-    """The profiling run of one GPU of a stage under ``line``; ``sampler_kind`` ``flashinfer``
-    replaces a V1 line's top-k/top-p by FlashInfer's (V0 runs it only on request through an
-    environment variable and keeps its own sampler here)."""
+    """The profiling run of one GPU of a stage under ``line``; ``sampler_kind`` is the
+    ``sampler`` option (:func:`sampler_choice`)."""
     t = tokens
     rows = max_num_seqs if not line.v1 else min(max_num_seqs, t)
     notes: list[str] = []
-    flashinfer = sampler_kind == "flashinfer" and line.v1 and not line.warms_native_sampler
-    if sampler_kind == "flashinfer" and line.warms_native_sampler:
+    v = arch.vision
+    v0_images = 0
+    if v is not None and not line.v1 and mm_limit != 0:
+        # V0 (model_runner.py: profile_run) fills min(max_num_seqs, T // max_mm_tokens)
+        # sequences, each with `limit` dummy images (V0's default limit: one per modality,
+        # MultiModalConfig.get_limit_per_prompt), and samples on those sequences only.
+        limit = V0_DEFAULT_MM_LIMIT if mm_limit is None else mm_limit
+        rows = max(1, min(max_num_seqs, t // (limit * v.tokens_per_image)))
+        v0_images = rows * limit
+    kind, choice_note = sampler_choice(line, sampler_kind, gpu)
+    if choice_note:
+        notes.append(choice_note)
+    flashinfer = kind == "flashinfer"
+    if flashinfer and line.warms_native_sampler:
         notes.append(
             f"vLLM {line.name}'s profiling run also warms the native sampler (Triton top-k/"
             "top-p): its peak stands whichever sampler serves"
         )
-    if sampler_kind == "flashinfer" and not line.v1:
-        notes.append(
-            "V0 samples with FlashInfer only under VLLM_USE_FLASHINFER_SAMPLER=1: modelled with "
-            "its sort-based sampler"
-        )
+        kind, flashinfer = line.sampler, False
     quant = activation_quantized(weight_kind, gpu)
-    transient, persistent = _layer_moment(arch, c, line, tp, t, quant)
+    transient, persistent = _layer_moment(
+        arch, c, line, tp, t, quant, moe_tp=moe_tp, moe_tokens=t * moe_token_factor
+    )
     forward = c.dtype_bytes * HIDDEN_TENSORS * arch.hidden_size * t + transient
-    kind = "flashinfer" if flashinfer else line.sampler
     per_logit = c.dtype_bytes + _SAMPLER_BYTES[kind]
     if flashinfer and line.flashinfer_from_probs:
         per_logit = c.dtype_bytes + _FLASHINFER_FROM_PROBS
@@ -211,7 +272,20 @@ def profile_peak(
     alive = (t + 2 * rows) * c.hidden_row if line.sampler_hidden else rows * c.hidden_row
     sampler = rows * c.vocab * per_logit + buffer + alive
     held = persistent
-    v = arch.vision
+    if v0_images:
+        assert v is not None
+        # The pixel values sit in the model input through the sampler; the encoder outputs
+        # are merged into the input embeddings inside the forward and die with it.
+        pixels = v0_images * v.num_channels * v.image_size**2 * 4
+        outputs = v0_images * v.tokens_per_image * v.projector_out * c.dtype_bytes
+        held += pixels
+        forward += outputs
+        notes.append(
+            f"vLLM V0 profiles {rows} sequences of {v0_images // rows} dummy image(s) each "
+            f"({v.tokens_per_image} tokens per image): pixels {pixels / 2**30:.2f} GiB held, "
+            f"encoder outputs {outputs / 2**30:.2f} GiB through the forward; the sampler runs "
+            f"on those {rows} sequences"
+        )
     if v is not None and line.v1 and mm_limit != 0:
         limit = DEFAULT_MM_LIMIT if mm_limit is None else mm_limit
         tok = v.tokens_per_image

@@ -12,6 +12,11 @@ What differs between lines, field by field:
   (``vllm/worker/worker.py: determine_num_available_blocks`` in 0.6.4;
   ``vllm/v1/worker/gpu_worker.py: determine_available_memory`` later):
 
+  - ``profiled`` in 0.6.0 – 0.6.3 too, by another route: ``total × util − (free memory at
+    the worker's first reading − free memory after the profiling run)``, read before
+    ``empty_cache``, so what the caching allocator reserves counts (priced as its allocated
+    peak) and the CUDA context, read before, does not (``determine_num_available_blocks``,
+    v0.6.1, v0.6.3.post1; vllm-project/vllm#9352 replaced it in 0.6.4).
   - ``device``: ``total × util − (torch peak incl. weights + every byte on the device the
     process's allocator does not hold)``: the CUDA context, NCCL and library workspaces are
     inside (0.6.4; the V1 worker of 0.8.5 kept this formula).
@@ -41,11 +46,20 @@ What differs between lines, field by field:
   (whether the forward's ``tokens × h`` output stays alive through the sampler run: 0.10.1
   onwards), ``moe`` and ``moe_chunk_tokens`` (the fused-MoE buffers and the tokens they are
   sized for, :mod:`.moe_workspace`).
+- ``image_installs``: what the project's official image of the line (``vllm/vllm-openai:vX``)
+  installs that changes a default the caller leaves unset. The image ships flashinfer since
+  0.5.1 (vllm-project/vllm#6172), and the V1 sampler of 0.8 - 0.10 takes FlashInfer's
+  top-k/top-p whenever the package imports (``VLLM_USE_FLASHINFER_SAMPLER`` unset means on in
+  V1: ``v1/sample/ops/topk_topp_sampler.py: TopKTopPSampler.__init__``), and so does 0.11.0,
+  the last release that does (a line of its own); the PyPI wheel lists it only as the
+  ``[flashinfer]`` extra (0.10.1, 0.11.0) or not at all (0.8.5, 0.9.1), so a plain
+  ``pip install`` samples natively (``sampler: native``). From 0.11.1 FlashInfer samples only
+  under ``VLLM_USE_FLASHINFER_SAMPLER=1``.
 - ``kv_cache_memory_hint``: the start-up log offers a ``--kv-cache-memory`` value (from
-  0.11.2; at DEBUG level until 0.34, which logs it at INFO).
+  0.11.0; at DEBUG level until 0.34, which logs it at INFO).
 - ``max_len``: the derived ``max_model_len`` rules that changed (a config's
   ``model_max_length`` replaces the derived length from 0.8.5; a longrope model defaults to its
-  original context from 0.11.2; yarn no longer scales in 0.34).
+  original context from 0.11.1; yarn no longer scales in 0.34).
 - ``mxfp4``: the kernel gpt-oss's experts take on Hopper (:mod:`.mxfp4_storage`).
 - ``kv_tokens_from_concurrency``: the logged KV token count is ``max_concurrency ×
   max_model_len`` (0.21 onwards), not the pool's blocks (:mod:`.vllm_kv`).
@@ -60,7 +74,16 @@ from typing import Any, Literal
 
 from service.estimator.errors import InvalidRequest
 
-__all__ = ["LINES", "NEWEST", "VllmLine", "line_for", "parse_version"]
+__all__ = [
+    "LINES",
+    "NEWEST",
+    "V0_CHUNKED_ABOVE",
+    "V0_MULTIMODAL_MIN_TOKENS",
+    "VllmLine",
+    "line_for",
+    "parse_version",
+    "v0_batch_tokens",
+]
 
 Budget = Literal["device", "profiled", "comm_outside", "extensible"]
 Batch = Literal["v0", "v1-0.8", "v1-0.9", "v1", "v1-0.34"]
@@ -96,6 +119,9 @@ class VllmLine:
     fp32_to_fp16: bool = False  # --dtype auto: float32 checkpoints run in fp16 (<= 0.8.5)
     # V0 with chunked prefill (above 32768 tokens): the tokens of one profiled batch.
     v0_chunked_tokens: int = 2048
+    # 0.6.5 on: V0 turns chunked prefill on by default on CUDA only (ROCm keeps the whole
+    # max_model_len batch), and 0.8's V0 not for an MLA model (_set_default_args_v0).
+    v0_chunked_cuda_only: bool = False
     # 0.8-0.9: V1 falls back to the V0 engine below compute capability 8.0 and for float32
     # (EngineArgs._is_v1_supported_oracle).
     v0_fallback: bool = False
@@ -104,7 +130,7 @@ class VllmLine:
     encoder_items_per_prompt: bool = False
     # 0.8.5: FlashInfer samples from probabilities (topk_topp_sampler.forward_cuda).
     flashinfer_from_probs: bool = False
-    # 0.11.2 on: a default max_num_batched_tokens never exceeds max_num_seqs × max_model_len
+    # 0.11.1 on: a default max_num_batched_tokens never exceeds max_num_seqs × max_model_len
     # (EngineArgs._set_default_args).
     tokens_capped_by_seqs: bool = False
     # 0.21 on: the profiling run also calls the sampler with a generator, which takes the native
@@ -112,9 +138,17 @@ class VllmLine:
     warms_native_sampler: bool = False
     # 0.6.4: a model mixing sliding and full layers is capped at its sliding window.
     hybrid_window_caps_length: bool = False
-    # 0.11.2: each dummy image's encoder output spans the whole encoder budget.
+    # 0.11.0 - 0.11.x: each dummy image's encoder output spans the whole encoder budget.
     encoder_output_spans_budget: bool = False
     mxfp4_hopper: Literal["marlin", "triton"] = "triton"
+    # 0.12 on: LoRA slots on the routed experts too (vllm/lora/layers/fused_moe.py).
+    moe_lora: bool = False
+    # What the project's official image of the line (vllm/vllm-openai:v<release>) installs that
+    # changes a default: ``flashinfer``, which this line's V1 sampler takes whenever it imports
+    # (``TopKTopPSampler.__init__``, 0.8-0.11.0); None: nothing the estimate prices.
+    image_installs: Literal["flashinfer"] | None = None
+    # The flashinfer release that image ships (named in the answer).
+    image_flashinfer: str = ""
     # 0.21 on: "GPU KV cache size" logs max_concurrency × max_model_len instead of the pool's
     # blocks per group × the smallest block size (kv_cache_utils._report_kv_cache_config).
     kv_tokens_from_concurrency: bool = False
@@ -142,26 +176,155 @@ def _after(
     )
 
 
-# From 0.11 the memory snapshot follows the distributed init: each line below is the previous
-# one with what its release changed.
-_V0_11 = VllmLine(
-    "0.11.2",
-    "0.11.x",
-    "vllm/v1/worker/gpu_worker.py, vllm/v1/worker/gpu_model_runner.py, "
-    "vllm/model_executor/layers/fused_moe/fused_moe.py (v0.11.2)",
-    first="0.11.0",
-    v1=True,
-    budget="comm_outside",
+# The oldest line is written out in full; each line after it is the previous one with what its
+# release changed.
+_V0_6_3 = VllmLine(
+    "0.6.3",
+    "0.6.0 – 0.6.3.post1",
+    "vllm/worker/worker.py: determine_num_available_blocks, vllm/worker/model_runner.py, "
+    "vllm/model_executor/layers/sampler.py, vllm/model_executor/layers/fused_moe/fused_moe.py "
+    "(v0.6.1, v0.6.3.post1)",
+    first="0.6.0",
+    v1=False,
+    budget="profiled",
     gpu_memory_utilization=0.9,
     block_size=16,
-    batch="v1",
-    sampler="native",
-    sampler_hidden=True,
-    moe="shared+out",
-    kv_cache_memory_hint=True,
-    tokens_capped_by_seqs=True,
+    batch="v0",
+    sampler="v0",
+    sampler_hidden=False,
+    moe="separate",
+    model_max_length_overrides=False,
+    longrope_original=False,
+    fp32_to_fp16=True,
     mxfp4_hopper="marlin",
+    v0_chunked_tokens=512,
+    hybrid_window_caps_length=True,
+    notes=(
+        "V0 engine: the pool is total x util less what the device lost since the worker's "
+        "first reading (after the CUDA context, before NCCL): weights, NCCL and what the "
+        "caching allocator still reserves after the profiling run, priced as its allocated "
+        "peak (fragmentation not modelled)",
+    ),
+)
+_V0_6_4 = _after(
+    _V0_6_3,
+    "0.6.4",
+    "0.6.4 – 0.6.4.post1",
+    "vllm/worker/worker.py, vllm/worker/model_runner.py, vllm/model_executor/layers/"
+    "sampler.py, vllm/model_executor/layers/fused_moe/fused_moe.py (v0.6.4)",
+    first="0.6.4",
+    budget="device",
+    notes=(
+        "V0 engine: the profiling run is one max_num_batched_tokens batch (the whole "
+        "max_model_len unless chunked prefill, which V0 enables above 32768 tokens); the "
+        "CUDA context and everything else on the device count inside the budget",
+    ),
+)
+_V0_6_5 = _after(
+    _V0_6_4,
+    "0.6.5",
+    "0.6.5 – 0.7.x (V0, the default engine), and V0 in 0.8.x",
+    "vllm/worker/worker.py and vllm/utils.py: memory_profiling (v0.8.5, its V0 worker)",
+    first="0.6.5",
+    budget="profiled",
+    moe="shared",
+    model_max_length_overrides=True,
+    v0_chunked_tokens=2048,
+    v0_chunked_cuda_only=True,
+    hybrid_window_caps_length=False,
+    notes=(
+        "V0 engine with memory profiling: the profiling run is one max_num_batched_tokens "
+        "batch (the whole max_model_len unless chunked prefill); the CUDA context lies "
+        "outside the budget, NCCL's buffers inside",
+    ),
+)
+_V0_8 = _after(
+    _V0_6_5,
+    "0.8.5",
+    "0.8.0 – 0.9.0 (V1 the default engine)",
+    "vllm/v1/worker/gpu_worker.py, vllm/engine/arg_utils.py, vllm/v1/sample/ops/"
+    "topk_topp_sampler.py (v0.8.5)",
+    first="0.8.0",
+    v1=True,
+    budget="device",
+    batch="v1-0.8",
+    sampler="native",
+    v0_fallback=True,
+    encoder_items_per_prompt=True,
+    flashinfer_from_probs=True,
+    image_installs="flashinfer",
+    image_flashinfer=(
+        "below 0.2.3, the only flashinfer 0.8.5 samples with (the workers of vllm-project/vllm"
+        "#17469 log it)"
+    ),
+    notes=(
+        "V1's first worker sized the pool from the device's used memory: the CUDA context "
+        "and NCCL count inside the budget",
+    ),
+)
+_V0_9 = _after(
+    _V0_8,
+    "0.9.1",
+    "0.9.1 – 0.9.x",
+    "vllm/v1/worker/gpu_worker.py, vllm/engine/arg_utils.py, vllm/v1/worker/"
+    "gpu_model_runner.py, vllm/v1/sample/ops/topk_topp_sampler.py (v0.9.1)",
+    first="0.9.1",
+    budget="profiled",
+    batch="v1-0.9",
+    fp32_to_fp16=False,
+    flashinfer_from_probs=False,
+    image_flashinfer="0.2.5 / 0.2.6.post1 (docker/Dockerfile, vllm-project/vllm#19810)",
+    notes=(
+        "V1 sizes the pool with memory profiling from a snapshot taken before the "
+        "communicators are built: the CUDA context lies outside the budget, NCCL inside",
+    ),
+)
+_V0_10 = _after(
+    _V0_9,
+    "0.10.1",
+    "0.10.x",
+    "vllm/v1/worker/gpu_worker.py, vllm/utils/__init__.py: memory_profiling, "
+    "vllm/engine/arg_utils.py (v0.10.1)",
+    first="0.10.0",
+    batch="v1",
+    sampler_hidden=True,
+    v0_fallback=False,
+    encoder_items_per_prompt=False,
+    image_flashinfer="0.2.8rc1 / 0.2.9 (vllm-project/vllm#21768, #22233)",
+)
+# From 0.11 the memory snapshot follows the distributed init. 0.11.0 is a line of its own: the
+# last release whose V1 sampler takes FlashInfer whenever it imports (0.11.1 made it opt-in),
+# and the last on torch 2.8, where the fused-MoE path still writes in place.
+_V0_11_0 = _after(
+    _V0_10,
+    "0.11.0",
+    "0.11.0",
+    "vllm/v1/worker/gpu_worker.py: init_device, determine_available_memory, "
+    "vllm/v1/worker/gpu_model_runner.py: profile_run, vllm/v1/sample/ops/"
+    "topk_topp_sampler.py: TopKTopPSampler.__init__, vllm/engine/arg_utils.py: "
+    "_set_default_args (v0.11.0)",
+    first="0.11.0",
+    budget="comm_outside",
+    kv_cache_memory_hint=True,
     encoder_output_spans_budget=True,
+    image_flashinfer="0.3.1 (the wheel's [flashinfer] extra pins it)",
+    notes=(
+        "mxfp4 on Hopper: Marlin, as a plain `pip install vllm` of this line runs it (the "
+        "wheel does not ship triton_kernels)",
+    ),
+)
+_V0_11 = _after(
+    _V0_11_0,
+    "0.11.2",
+    "0.11.1 – 0.11.x",
+    "vllm/v1/worker/gpu_worker.py, vllm/v1/worker/gpu_model_runner.py, "
+    "vllm/model_executor/layers/fused_moe/fused_moe.py (v0.11.1, v0.11.2)",
+    first="0.11.1",
+    moe="shared+out",
+    tokens_capped_by_seqs=True,
+    longrope_original=True,
+    image_installs=None,
+    image_flashinfer="",
     notes=(
         "mxfp4 on Hopper: Marlin, as a plain `pip install vllm` of this line runs it (the "
         "wheel does not ship triton_kernels)",
@@ -181,6 +344,7 @@ _V0_13 = _after(
         "0.12.0 expands each dummy image's encoder output per item during the profiling "
         "run, 0.13 does not: modelled as 0.13",
     ),
+    moe_lora=True,
 )
 _V0_16 = _after(
     _V0_13,
@@ -251,119 +415,13 @@ _V0_34 = _after(
 )
 
 LINES: tuple[VllmLine, ...] = (
-    VllmLine(
-        "0.6.4",
-        "0.6.0 – 0.6.4",
-        "vllm/worker/worker.py, vllm/worker/model_runner.py, vllm/model_executor/layers/"
-        "sampler.py, vllm/model_executor/layers/fused_moe/fused_moe.py (v0.6.4)",
-        first="0.6.0",
-        v1=False,
-        budget="device",
-        gpu_memory_utilization=0.9,
-        block_size=16,
-        batch="v0",
-        sampler="v0",
-        sampler_hidden=False,
-        moe="separate",
-        model_max_length_overrides=False,
-        longrope_original=False,
-        fp32_to_fp16=True,
-        mxfp4_hopper="marlin",
-        v0_chunked_tokens=512,
-        hybrid_window_caps_length=True,
-        notes=(
-            "V0 engine: the profiling run is one max_num_batched_tokens batch (the whole "
-            "max_model_len unless chunked prefill, which V0 enables above 32768 tokens); the "
-            "CUDA context and everything else on the device count inside the budget",
-        ),
-    ),
-    VllmLine(
-        "0.6.5",
-        "0.6.5 – 0.7.x (V0, the default engine), and V0 in 0.8.x",
-        "vllm/worker/worker.py and vllm/utils.py: memory_profiling (v0.8.5, its V0 worker)",
-        first="0.6.5",
-        v1=False,
-        budget="profiled",
-        gpu_memory_utilization=0.9,
-        block_size=16,
-        batch="v0",
-        sampler="v0",
-        sampler_hidden=False,
-        moe="shared",
-        longrope_original=False,
-        fp32_to_fp16=True,
-        mxfp4_hopper="marlin",
-        notes=(
-            "V0 engine with memory profiling: the profiling run is one max_num_batched_tokens "
-            "batch (the whole max_model_len unless chunked prefill); the CUDA context lies "
-            "outside the budget, NCCL's buffers inside",
-        ),
-    ),
-    VllmLine(
-        "0.8.5",
-        "0.8.0 – 0.9.0 (V1 the default engine)",
-        "vllm/v1/worker/gpu_worker.py, vllm/engine/arg_utils.py, vllm/v1/sample/ops/"
-        "topk_topp_sampler.py (v0.8.5)",
-        first="0.8.0",
-        v1=True,
-        budget="device",
-        gpu_memory_utilization=0.9,
-        block_size=16,
-        batch="v1-0.8",
-        sampler="native",
-        sampler_hidden=False,
-        moe="shared",
-        longrope_original=False,
-        fp32_to_fp16=True,
-        mxfp4_hopper="marlin",
-        v0_fallback=True,
-        encoder_items_per_prompt=True,
-        flashinfer_from_probs=True,
-        notes=(
-            "V1's first worker sized the pool from the device's used memory: the CUDA context "
-            "and NCCL count inside the budget",
-        ),
-    ),
-    VllmLine(
-        "0.9.1",
-        "0.9.1 – 0.9.x",
-        "vllm/v1/worker/gpu_worker.py, vllm/engine/arg_utils.py, vllm/v1/worker/"
-        "gpu_model_runner.py, vllm/v1/sample/ops/topk_topp_sampler.py (v0.9.1)",
-        first="0.9.1",
-        v1=True,
-        budget="profiled",
-        gpu_memory_utilization=0.9,
-        block_size=16,
-        batch="v1-0.9",
-        sampler="native",
-        sampler_hidden=False,
-        moe="shared",
-        longrope_original=False,
-        mxfp4_hopper="marlin",
-        v0_fallback=True,
-        encoder_items_per_prompt=True,
-        notes=(
-            "V1 sizes the pool with memory profiling from a snapshot taken before the "
-            "communicators are built: the CUDA context lies outside the budget, NCCL inside",
-        ),
-    ),
-    VllmLine(
-        "0.10.1",
-        "0.10.x",
-        "vllm/v1/worker/gpu_worker.py, vllm/utils/__init__.py: memory_profiling, "
-        "vllm/engine/arg_utils.py (v0.10.1)",
-        first="0.10.0",
-        v1=True,
-        budget="profiled",
-        gpu_memory_utilization=0.9,
-        block_size=16,
-        batch="v1",
-        sampler="native",
-        sampler_hidden=True,
-        moe="shared",
-        longrope_original=False,
-        mxfp4_hopper="marlin",
-    ),
+    _V0_6_3,
+    _V0_6_4,
+    _V0_6_5,
+    _V0_8,
+    _V0_9,
+    _V0_10,
+    _V0_11_0,
     _V0_11,
     _V0_13,
     _V0_16,
@@ -374,6 +432,40 @@ LINES: tuple[VllmLine, ...] = (
 )
 
 NEWEST: VllmLine = LINES[-1]
+
+# V0 turns chunked prefill on by default above this max_model_len (EngineArgs).
+V0_CHUNKED_ABOVE = 32768
+# V0's SchedulerConfig raises a multimodal model's default token budget to this
+# (_MULTIMODAL_MODEL_MAX_NUM_BATCHED_TOKENS, vllm/config.py, v0.6.4 - v0.8.5).
+V0_MULTIMODAL_MIN_TOKENS = 5120
+
+
+def v0_batch_tokens(
+    line: VllmLine,
+    max_model_len: int,
+    *,
+    multimodal: bool,
+    sliding_window: bool,
+    mla: bool,
+    rocm: bool,
+) -> int:
+    """V0's default ``max_num_batched_tokens``: 512 / 2048 (the line's) with chunked prefill,
+    which V0 turns on above 32768 tokens on CUDA for a model without a multimodal tower or a
+    sliding window (0.6.5 on: not on ROCm, and not for MLA; EngineArgs.create_engine_config
+    v0.6.4 / v0.7.3, _set_default_args_v0 v0.8.5), else ``max(max_model_len, 2048)``, at
+    least 5120 for a multimodal model (SchedulerConfig)."""
+    chunked = (
+        max_model_len > V0_CHUNKED_ABOVE
+        and not multimodal
+        and not sliding_window
+        and not (line.v0_chunked_cuda_only and (rocm or mla))
+    )
+    if chunked:
+        return line.v0_chunked_tokens
+    tokens = max(max_model_len, 2048)
+    return max(tokens, V0_MULTIMODAL_MIN_TOKENS) if multimodal else tokens
+
+
 _BY_NAME = {line.name: line for line in LINES}
 _VERSION = re.compile(r"^v?(\d{1,3})\.(\d{1,4})(?:\.(\d{1,4}))?(?:[.+-]?[0-9A-Za-z.+-]{0,60})?$")
 

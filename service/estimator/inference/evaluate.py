@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from service.estimator.engines.serving import ServingSetup, Stage
 from service.estimator.errors import InvalidRequest
 from service.estimator.inference.request import (
     InferenceRequest,
@@ -22,7 +23,6 @@ from service.estimator.inference.request import (
     setup_for,
     validate_workload,
 )
-from service.estimator.inference.setup import ServingSetup, Stage
 from service.estimator.result import Estimate
 
 __all__ = [
@@ -48,10 +48,22 @@ def stage_components(
     kv, act = setup.engine.sequence_cost(setup, st, seq_len, prompt)
     return (
         st.weights,
-        st.fixed_kv + seqs * kv,
+        _held_kv(st, seqs, kv),
         st.fixed_activation + seqs * act,
         setup.overhead.total,
     )
+
+
+def _held_kv(st: Stage, seqs: int, kv: int) -> int:
+    """The KV cache one GPU of ``st`` holds: a fixed pool whatever the workload, else what
+    the workload's sequences take."""
+    return st.kv_pool if st.kv_pool is not None else st.fixed_kv + seqs * kv
+
+
+def _stage_fits(st: Stage, usable: int, seqs: int, kv: int, act: int) -> bool:
+    if st.kv_pool is not None:
+        return st.fixed_kv + seqs * kv <= st.kv_pool and st.base + seqs * act <= usable
+    return st.base + seqs * (kv + act) <= usable
 
 
 Costs = tuple[tuple[int, int], ...]
@@ -68,7 +80,7 @@ def required_from(setup: ServingSetup, costs: Costs, seqs: int) -> int:
     """The most loaded GPU's bytes, from the stages' :func:`stage_costs`."""
     overhead = setup.overhead.total
     return max(
-        st.weights + st.fixed_kv + seqs * kv + st.fixed_activation + seqs * act + overhead
+        st.weights + _held_kv(st, seqs, kv) + st.fixed_activation + seqs * act + overhead
         for st, (kv, act) in zip(setup.stages, costs, strict=True)
     )
 
@@ -78,7 +90,7 @@ def fits_from(setup: ServingSetup, costs: Costs, usable: int, seqs: int) -> bool
     per-stage static part plus ``seqs`` times what one sequence adds (costs are never
     negative, so a static part over ``usable`` fails too)."""
     return all(
-        st.base + seqs * (kv + act) <= usable
+        _stage_fits(st, usable, seqs, kv, act)
         for st, (kv, act) in zip(setup.stages, costs, strict=True)
     )
 
@@ -90,7 +102,15 @@ def max_sequences(setup: ServingSetup, usable: int, seq_len: int, prompt: int, c
         kv, act = setup.engine.sequence_cost(setup, st, seq_len, prompt)
         room = usable - st.base
         per = kv + act
-        if room < per:
+        if st.kv_pool is not None:
+            # The workload's KV lives in the fixed pool; only its transients take the rest.
+            per = act
+            pool_room = st.kv_pool - st.fixed_kv
+            if room < 0 or pool_room < kv or (per and room < per):
+                return 0
+            if kv:
+                best = min(best, pool_room // kv)
+        elif room < per:
             return 0
         if per:
             best = min(best, room // per)
@@ -120,7 +140,7 @@ def estimate_inference(req: InferenceRequest) -> Estimate:
     check_length(setup, seq_len)
     # Each stage's components once: summed over the GPUs, and the most loaded GPU's.
     stages = [stage_components(setup, st, seqs, seq_len, prompt) for st in setup.stages]
-    totals = [sum(values) * setup.tp for values in zip(*stages, strict=True)]
+    totals = [sum(values) * setup.tp * setup.dp for values in zip(*stages, strict=True)]
     assumptions = list(setup.assumptions)
     details: dict[str, int | float | str | bool | None] = {
         "weight_format": setup.weight_format,
@@ -139,6 +159,13 @@ def estimate_inference(req: InferenceRequest) -> Estimate:
             assumptions.extend(
                 line + " (outside the budget)" for line in setup.outside_budget.lines()
             )
+    if setup.unpriced:
+        # Each only adds memory: a "does not fit" stands, a "fits" may be optimistic.
+        details["unpriced"] = "; ".join(setup.unpriced)
+        assumptions.extend(
+            f"not priced: {item} (it only adds memory: a fit may be optimistic)"
+            for item in setup.unpriced
+        )
     if req.gpu_memory_bytes is not None:
         reported = setup.engine.capacity(setup, req.gpu_memory_bytes, seq_len)
         if reported is not None:
@@ -149,10 +176,10 @@ def estimate_inference(req: InferenceRequest) -> Estimate:
         estimator="detailed",
         total=MappingProxyType(dict(zip(COMPONENTS, totals, strict=True))),
         per_gpu=MappingProxyType(dict(zip(COMPONENTS, max(stages, key=sum), strict=True))),
-        gpu_count=setup.tp * setup.pp,
+        gpu_count=setup.tp * setup.pp * setup.dp,
         assumptions=tuple(dict.fromkeys(assumptions)),
         capacity=capacity,
-        cpu_bytes=setup.host_bytes,
+        cpu_bytes=setup.host_total,
         details=MappingProxyType(details),
     )
 

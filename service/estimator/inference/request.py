@@ -10,12 +10,14 @@ from typing import Any
 
 from service.estimator.checkpoint import CheckpointWeights
 from service.estimator.engines import EngineContext, EngineSettings, get_engine
+from service.estimator.engines.serving import ServingSetup
 from service.estimator.errors import InvalidRequest
 from service.estimator.gpu import GpuSpec
-from service.estimator.inference.setup import ATTENTION, ServingSetup, serving_setup
+from service.estimator.inference.setup import ATTENTION, serving_setup
 from service.estimator.memo import cached
 from service.estimator.model import Architecture
 from service.estimator.parallel import MAX_PARALLEL
+from service.estimator.speculative import Speculative
 
 __all__ = ["MAX_TOKENS", "InferenceRequest", "resolved", "setup_for", "validate_workload"]
 
@@ -44,6 +46,14 @@ class InferenceRequest:
     engine_options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     tensor_parallel_size: int = 1
     pipeline_parallel_size: int = 1
+    # Data-parallel ranks, each a TP × PP group (vLLM's --data-parallel-size); with
+    # ``expert_parallel`` a MoE model's routed experts are divided among all of them.
+    data_parallel_size: int = 1
+    expert_parallel: bool = False
+    # Speculative decoding: the method and the drafter (None: none).
+    speculative: Speculative | None = None
+    # Host memory the engine's processes may use (a pod's limits.memory; None: not limited).
+    host_memory_bytes: int | None = None
     attention: str = "flash"
     gpu_memory_bytes: int | None = None
     gpu: GpuSpec | None = None
@@ -125,6 +135,9 @@ class InferenceRequest:
             self.gpu_memory_bytes,
             self.gpu,
             self.checkpoint,
+            self.data_parallel_size,
+            self.expert_parallel,
+            self.speculative,
         )
 
 
@@ -162,8 +175,9 @@ def validate_workload(req: InferenceRequest) -> None:
         positive_int(req.gpu_memory_bytes, "gpu_memory_bytes", _MAX_GPU_MEMORY)
 
 
-def validate_layout(arch: Architecture, tp: int, pp: int, attention: str) -> None:
+def validate_layout(arch: Architecture, tp: int, pp: int, attention: str, dp: int = 1) -> None:
     positive_int(tp, "tensor_parallel_size", MAX_PARALLEL)
+    positive_int(dp, "data_parallel_size", MAX_PARALLEL)
     positive_int(pp, "pipeline_parallel_size", MAX_PARALLEL)
     valid = arch.valid_tensor_parallel_sizes
     if tp not in valid:
@@ -186,7 +200,7 @@ def setup_for(req: InferenceRequest, tp: int | None = None, pp: int | None = Non
     """The (cached) serving setup of ``req``, at its own layout or at ``tp`` × ``pp``."""
     tp = tp or req.tensor_parallel_size
     pp = pp or req.pipeline_parallel_size
-    validate_layout(req.arch, tp, pp, req.attention)
+    validate_layout(req.arch, tp, pp, req.attention, req.data_parallel_size)
     return serving_setup(
         req.arch,
         req.weight_format,
@@ -198,4 +212,7 @@ def setup_for(req: InferenceRequest, tp: int | None = None, pp: int | None = Non
         req.gpu_memory_bytes,
         req.gpu,
         req.checkpoint,
+        req.data_parallel_size,
+        req.expert_parallel,
+        req.speculative,
     )

@@ -10,70 +10,27 @@ on the workload (sequences, sequence length, prompt length) is then a few multip
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+import dataclasses
 
 from service.estimator.checkpoint import CheckpointWeights, scale_to_checkpoint
 from service.estimator.engines import get_engine
 from service.estimator.engines.base import Engine, EngineSettings, StageArgs
-from service.estimator.engines.overhead import OverheadTerms, driver_reservation_note
+from service.estimator.engines.overhead import driver_reservation_note
+from service.estimator.engines.serving import ServingSetup, Stage
 from service.estimator.formats import get_format, kv_dtype_bytes
-from service.estimator.forward import ForwardCoefficients, forward_coefficients
+from service.estimator.forward import forward_coefficients
 from service.estimator.gpu import GpuSpec
-from service.estimator.kv_cache import KvLayout, stage_kv_layouts
+from service.estimator.kv_cache import stage_kv_layouts
 from service.estimator.memo import memoized
 from service.estimator.model import Architecture
 from service.estimator.parallel import pp_layer_partition
+from service.estimator.speculative import Speculative, draft_cost
 from service.estimator.units import bytes_per_element
 from service.estimator.weights import Placement, WeightLayout, resolve_format, weight_layout
 
-__all__ = ["ATTENTION", "ServingSetup", "Stage", "serving_setup"]
+__all__ = ["ATTENTION", "serving_setup"]
 
 ATTENTION: tuple[str, ...] = ("flash", "sdpa", "eager")
-
-
-@dataclass(frozen=True, slots=True)
-class Stage:
-    """One GPU of one pipeline stage (all TP ranks of a stage hold the same)."""
-
-    index: int
-    weights: int
-    kv: KvLayout
-    is_last: bool
-    fixed_activation: int  # what the engine reserves whatever the workload
-    engine_state: Any  # the engine's own (vLLM: its KV-cache groups)
-    base: int  # weights + fixed activation + fixed KV + overhead: what no workload changes
-    fixed_kv: int = 0  # KV cache the engine allocates whatever the workload (llama.cpp)
-
-
-@dataclass(frozen=True, slots=True)
-class ServingSetup:
-    arch: Architecture
-    engine: Engine
-    settings: EngineSettings
-    tp: int
-    pp: int
-    weight_format: str
-    act_dtype: str
-    kv_bytes: float
-    stages: tuple[Stage, ...]
-    coeffs: ForwardCoefficients
-    overhead: OverheadTerms  # charged to the budget
-    outside_budget: OverheadTerms  # held in the margin the budget leaves (context, graphs)
-    gpu_memory_bytes: int | None
-    max_model_len: int | None
-    assumptions: tuple[str, ...]
-    unsupported: str | None = None  # why the GPU cannot run this setup (None: it can)
-    gpu: GpuSpec | None = None
-    host_bytes: int = 0  # what the engine holds in host memory (llama.cpp's CPU buffers)
-
-    @property
-    def budget_fraction(self) -> float:
-        return self.engine.budget_fraction(self.settings)
-
-    def usable(self, gpu_memory_bytes: int) -> int:
-        """What the engine's budget lets it use of a GPU's memory."""
-        return self.engine.budget_bytes(self, gpu_memory_bytes)
 
 
 @memoized
@@ -88,6 +45,9 @@ def serving_setup(
     gpu_memory_bytes: int | None,
     gpu: GpuSpec | None = None,
     checkpoint: CheckpointWeights | None = None,
+    dp: int = 1,
+    expert_parallel: bool = False,
+    speculative: Speculative | None = None,
 ) -> ServingSetup:
     """Build the setup (validated layout, engine settings already resolved)."""
     engine = get_engine(settings.engine)
@@ -103,19 +63,38 @@ def serving_setup(
     kv_layouts = stage_kv_layouts(arch, kvb, tp, pp, True)
     max_model_len = engine.max_model_len(settings)
     placement = engine.placement(arch, settings, d)
-    layout = weight_layout(arch, weight_format, tp, pp, placement)
+    parallel = engine.data_parallel(arch, settings, tp, dp, expert_parallel, gpu)
+    layout = weight_layout(arch, weight_format, tp, pp, placement, parallel.experts)
     per_stage, host_bytes, weight_notes = _placed_weights(
         arch, engine, settings, layout, placement, checkpoint, pp, own=weight_format is None
     )
+    if speculative is not None:
+        # The drafter runs where the target's last layers and sampler do.
+        draft = draft_cost(speculative, arch, layout, kvb, tp, layout.dense_dtype)
+        per_stage = (*per_stage[:-1], per_stage[-1] + draft.weights)
+        last = dataclasses.replace(kv_layouts[-1], extra_token_bytes=draft.kv_token_bytes)
+        kv_layouts = (*kv_layouts[:-1], last)
+        weight_notes = (*weight_notes, draft.note)
+    offload = engine.offload(arch, settings, layout, pp)
+    if offload is not None:
+        per_stage = tuple(w - o for w, o in zip(per_stage, offload.per_stage, strict=True))
+        weight_notes = (*weight_notes, offload.note)
     eager = attention == "eager" and not engine.fused_kernels
     coeffs = forward_coefficients(arch, d, tp, fused_moe=engine.fused_kernels, eager=eager)
     assumptions = [*choice.notes, *layout.assumptions, *weight_notes]
     if eager:
         assumptions.append("eager attention materializes heads × prompt² scores (+fp32 softmax)")
     inside, outside = engine.overheads(settings, tp, pp, max(k.layers for k in kv_layouts), gpu)
+    if parallel.nccl or parallel.all_to_all:
+        inside = dataclasses.replace(
+            inside, nccl=inside.nccl + parallel.nccl, all_to_all=parallel.all_to_all
+        )
+    assumptions.extend(parallel.notes)
     assumptions.extend(inside.lines())
     assumptions.append(driver_reservation_note(gpu))
     stages: list[Stage] = []
+    host_per_gpu: list[int] = []
+    unpriced = list(parallel.unpriced)
     for i, kv in enumerate(kv_layouts):
         build = engine.stage(
             StageArgs(
@@ -132,11 +111,18 @@ def serving_setup(
                 layers=kv.layers,
                 index=i,
                 pp=pp,
+                experts=parallel.experts,
+                moe_token_factor=parallel.moe_token_factor,
+                offloaded_bytes=offload.per_stage[i] if offload is not None else 0,
+                offloaded_layer_bytes=offload.largest_layer if offload is not None else 0,
             )
         )
+        host_per_gpu.append(build.host_per_gpu + (offload.per_stage[i] if offload else 0))
+        unpriced.extend(build.unpriced)
         assumptions.extend(build.notes)
         host_bytes += build.host_bytes
         weights = per_stage[i] + build.extra_weights
+        held_kv = build.fixed_kv if build.kv_pool is None else build.kv_pool
         stages.append(
             Stage(
                 index=i,
@@ -145,8 +131,9 @@ def serving_setup(
                 is_last=i == pp - 1,
                 fixed_activation=build.fixed_activation,
                 engine_state=build.state,
-                base=weights + build.fixed_activation + build.fixed_kv + inside.total,
+                base=weights + build.fixed_activation + held_kv + inside.total,
                 fixed_kv=build.fixed_kv,
+                kv_pool=build.kv_pool,
             )
         )
     assumptions.extend(engine.setup_notes(arch, settings, stages[-1].engine_state))
@@ -169,6 +156,10 @@ def serving_setup(
         unsupported=choice.unsupported,
         host_bytes=host_bytes,
         gpu=gpu,
+        host_per_gpu=tuple(host_per_gpu),
+        dp=dp,
+        expert_parallel=expert_parallel,
+        unpriced=tuple(dict.fromkeys(unpriced)),
     )
     return engine.complete(setup)
 

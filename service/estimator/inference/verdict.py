@@ -6,7 +6,8 @@ engine runs (TP dividing what its parallel layers split, within one node's NVLin
 MIG slice holds one process; the GPU runs the dtype and quantization; the weights fit; the
 engine's fixed reserve (profiling peak, workspaces, NCCL) leaves room for a KV cache; the
 margin outside the engine's budget holds its context and graphs; the engine would start (vLLM:
-its pool holds one sequence of ``max_model_len``); the workload's KV cache and transients fit.
+its pool holds one sequence of ``max_model_len``); the workload's KV cache and transients fit;
+what the engine holds in host memory stays within the limit given (a pod's ``limits.memory``).
 ``fits`` is true only when every check passes.
 """
 
@@ -15,10 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from service.estimator.engines import get_engine
+from service.estimator.engines.serving import ServingSetup
 from service.estimator.gpu import DEFAULT_GPUS_PER_NODE, GpuSpec
 from service.estimator.inference.evaluate import fits_from, required_from, stage_costs
 from service.estimator.inference.request import InferenceRequest
-from service.estimator.inference.setup import ServingSetup
 from service.estimator.result import FitReason
 from service.estimator.units import GIB
 
@@ -119,5 +120,11 @@ def judge(req: InferenceRequest, setup: ServingSetup, gpu_memory_bytes: int) -> 
         return verdict(
             FitReason.WORKLOAD_EXCEEDS_MEMORY,
             f"{need / GIB:.2f} GiB needed per GPU, {usable / GIB:.2f} GiB usable",
+        )
+    host, limit = setup.host_total, req.host_memory_bytes
+    if limit is not None and host > limit:
+        return verdict(
+            FitReason.HOST_MEMORY_EXCEEDED,
+            f"{host / GIB:.2f} GiB of host memory priced, the limit is {limit / GIB:.2f} GiB",
         )
     return verdict(FitReason.FITS)

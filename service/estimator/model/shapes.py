@@ -319,6 +319,12 @@ class LinearModule:
     dtype: str | None = None
 
     @property
+    def routed(self) -> bool:
+        """A routed expert: a token passes through fewer instances than the layer holds (what
+        expert parallelism divides among ranks)."""
+        return self.active_per_layer < self.per_layer
+
+    @property
     def count(self) -> int:
         """Instances in the whole model."""
         return self.per_layer * (len(self.layers) if self.layers else 1)

@@ -164,3 +164,27 @@ def test_api_names_a_bad_version(client: TestClient) -> None:
     )
     assert response.status_code == 422
     assert "engine_options.version" in response.text
+
+
+def test_a_pcie_board_holds_channel_buffers_not_the_nvswitch_figure() -> None:
+    # Issue 26: QwQ-32B at TP 4 on 4 x L4 (SGLang 0.4.3, chunked prefill 2048, fraction 0.85).
+    # The TP group's two communicators (SGLang's PyNccl and torch's process group) on a PCIe
+    # board: NCCL's channel buffers per peer, 64 MiB each way per communicator (calibration
+    # register, nccl.pp_peer_bytes), 2 x 3 x 64 MiB; an H100 SXM board keeps the NVSwitch
+    # figure fitted on vLLM (1832 MiB + 40 MiB per extra peer).
+    l4 = GpuSpec("l4", "NVIDIA L4 24GB", 22 * GIB, (8, 9), True, True, multiprocessors=58)
+    sxm = GpuSpec("h100", "H100 SXM", 80 * GIB, (9, 0), True, True, multiprocessors=132)
+    for gpu, nccl in ((l4, 2 * 3 * 64 * MIB), (sxm, 1832 * MIB + 3 * 40 * MIB)):
+        request = InferenceRequest(
+            architecture=catalog_architecture("Qwen/QwQ-32B"),
+            engine="sglang",
+            sequence_length=None,
+            tensor_parallel_size=4,
+            engine_options={"version": "0.4.3", "mem_fraction_static": 0.85},
+            gpu=gpu,
+            gpu_memory_bytes=gpu.total_bytes,
+        )
+        setup = setup_for(request)
+        assert setup.outside_budget.nccl == nccl
+        context = setup.outside_budget.cuda_context
+        assert _engine().free_at_start(setup, gpu.total_bytes) == gpu.total_bytes - context - nccl

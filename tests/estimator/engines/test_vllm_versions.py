@@ -38,11 +38,14 @@ A100 = GpuSpec("a100", "NVIDIA A100 SXM4 80GB", round(79.15 * GIB), (8, 0), vend
         ("0.20.1", "0.20", True),
         ("0.12.0", "0.13", True),
         # A line covers releases from its first one, not from the release it was read from.
-        ("0.11.0", "0.11.2", True),
+        ("0.11.1", "0.11.2", True),
+        ("0.11.0", "0.11.0", False),
         ("0.21.0", "0.22", True),
         ("0.8.0", "0.8.5", True),
-        ("0.6.0", "0.6.4", True),
-        ("0.2.5", "0.6.4", True),  # before every line: the oldest, said so
+        ("0.6.0", "0.6.3", True),
+        ("0.6.3.post1", "0.6.3", False),
+        ("0.6.4.post1", "0.6.4", False),
+        ("0.2.5", "0.6.3", True),  # before every line: the oldest, said so
         ("1.2.0", NEWEST.name, True),
     ],
 )
@@ -52,6 +55,28 @@ def test_release_maps_to_the_line_at_or_below(given: str, line: str, mapped: boo
     assert (note is not None) == mapped
     if note:
         assert given in note and line in note
+
+
+def test_0_6_3_budget_leaves_the_context_outside_and_0_6_4_charges_it() -> None:
+    # v0.6.3.post1 worker.determine_num_available_blocks: peak = init free (read after the
+    # context, before NCCL) - free after the profiling run; v0.6.4 (vllm-project/vllm#9352):
+    # allocated peak + every non-torch byte on the device, the context included. Same model,
+    # GPU and flags otherwise: the pools differ by the CUDA context alone.
+    def pool(version: str) -> int:
+        req = InferenceRequest(
+            catalog_architecture(LLAMA_8B),
+            engine="vllm",
+            engine_options={"version": version, "max_model_len": 8192},
+            gpu_memory_bytes=A100.total_bytes,
+            gpu=A100,
+        )
+        cap = estimate_inference(req).capacity
+        assert cap is not None
+        return cap.kv_cache_pool_bytes
+
+    from service.estimator.engines.overhead import cuda_context_bytes
+
+    assert pool("0.6.3") - pool("0.6.4") == cuda_context_bytes(A100)
 
 
 def test_lines_are_ordered_and_the_default_is_the_newest() -> None:
@@ -313,7 +338,7 @@ def test_flashinfer_sampler_holds_no_sort() -> None:
     # FlashInfer (flashinfer_sample -> top_k_top_p_sampling_from_logits, top_k_first): bf16
     # logits 2 + fp32 copy 4 + top-k-masked logits 4 + softmax probabilities 4 = 14 B.
     logits = 256 * 128256
-    native = _sampler_setup("0.10.1", "auto").stages[-1].fixed_activation
+    native = _sampler_setup("0.10.1", "native").stages[-1].fixed_activation
     flashinfer = _sampler_setup("0.10.1", "flashinfer").stages[-1].fixed_activation
     assert native - flashinfer == logits * (38 - 14)
     assert flashinfer >= logits * 14
@@ -336,7 +361,7 @@ def test_triton_sampler_from_0_17_and_its_warm_up_from_0_21() -> None:
     def moment(version: str, sampler: str = "auto") -> int:
         return int(_sampler_setup(version, sampler).stages[-1].fixed_activation)
 
-    assert moment("0.16.0") - moment("0.19") == logits * (38 - 14) - buffer
+    assert moment("0.16.0", "native") - moment("0.19") == logits * (38 - 14) - buffer
     # FlashInfer on request in 0.19 (VLLM_USE_FLASHINFER_SAMPLER=1): 14 B per logit, no buffer.
     assert moment("0.19") - moment("0.19", "flashinfer") == buffer
     # From 0.21 the dummy run also warms the native path, so FlashInfer never lowers the peak.
@@ -349,7 +374,7 @@ def test_0_8_5_flashinfer_samples_from_probabilities() -> None:
     # (topk_topp_sampler.forward_cuda -> top_k_top_p_sampling_from_probs): bf16 logits 2 + fp32
     # copy 4 + softmax probabilities 4 = 10 B per logit, against the sort path's 38 B.
     logits = 1024 * 128256
-    native = _sampler_setup("0.8.5", "auto").stages[-1].fixed_activation
+    native = _sampler_setup("0.8.5", "native").stages[-1].fixed_activation
     flashinfer = _sampler_setup("0.8.5", "flashinfer").stages[-1].fixed_activation
     assert native - flashinfer == logits * (38 - 10)
 
@@ -358,9 +383,38 @@ def test_0_9_1_flashinfer_samples_from_logits_on_256_rows_of_an_a100() -> None:
     # 0.9.1: the A100 takes 2048 tokens and 256 sequences; FlashInfer 0.2.3+ is called through
     # top_k_top_p_sampling_from_logits, as in 0.10.1: 14 B per logit against 38.
     logits = 256 * 128256
-    native = _sampler_setup("0.9.1", "auto").stages[-1].fixed_activation
+    native = _sampler_setup("0.9.1", "native").stages[-1].fixed_activation
     flashinfer = _sampler_setup("0.9.1", "flashinfer").stages[-1].fixed_activation
     assert native - flashinfer == logits * (38 - 14)
+
+
+def test_auto_sampler_follows_the_official_image() -> None:
+    # 0.8 - 0.10's V1 sampler takes FlashInfer whenever flashinfer imports
+    # (topk_topp_sampler.TopKTopPSampler.__init__: VLLM_USE_FLASHINFER_SAMPLER unset is "on" in
+    # V1), and the vllm/vllm-openai image of those releases ships it (vllm-project/vllm#6172,
+    # #21768): `auto` is FlashInfer there, and the answer says so; 0.11.0's __init__ still reads
+    # "VLLM_USE_FLASHINFER_SAMPLER is not False". From 0.11.1 FlashInfer is opt-in
+    # (`if envs.VLLM_USE_FLASHINFER_SAMPLER:`): `auto` is the line's own sampler.
+    for version in ("0.8.5", "0.9.1", "0.10.1", "0.11.0"):
+        auto = _sampler_setup(version, "auto")
+        assert auto.stages[-1].fixed_activation == (
+            _sampler_setup(version, "flashinfer").stages[-1].fixed_activation
+        )
+        assert any("official image" in n for n in auto.assumptions), version
+    for version in ("0.6.4", "0.11.1", "0.11.2", "0.16.0"):
+        auto = _sampler_setup(version, "auto")
+        assert auto.stages[-1].fixed_activation == (
+            _sampler_setup(version, "native").stages[-1].fixed_activation
+        )
+        assert not any("official image" in n for n in auto.assumptions), version
+
+
+def test_auto_sampler_is_native_on_rocm() -> None:
+    # current_platform.is_cuda() is False on ROCm: the V1 sampler never takes FlashInfer.
+    mi300x = GpuSpec("mi300x", "AMD Instinct MI300X", 192 * GIB, vendor="amd")
+    auto = _sampler_setup("0.10.1", "auto", mi300x).stages[-1].fixed_activation
+    assert auto == _sampler_setup("0.10.1", "native", mi300x).stages[-1].fixed_activation
+    assert auto > _sampler_setup("0.10.1", "flashinfer").stages[-1].fixed_activation
 
 
 def _v0_forward(model: str, max_model_len: int) -> int:
@@ -387,3 +441,91 @@ def test_v0_qwen2_mlp_keeps_gate_up_through_down_proj() -> None:
     # models/qwen2.py names the gate/up output (gate_up, _ = ...), alive until the MLP returns:
     # 4 hidden rows + 3I. Qwen2-7B: h 3584, I 18944, bf16, one 20000-token batch.
     assert _v0_forward("Qwen/Qwen2-7B-Instruct", 20000) == 20000 * (4 * 3584 + 3 * 18944) * 2
+
+
+def _profile(version: str, model: str, tokens: int, seqs: int, mm_limit: int | None):  # type: ignore[no-untyped-def]
+    from service.estimator.engines.vllm_profile import profile_peak
+    from service.estimator.forward import forward_coefficients
+
+    arch = catalog_architecture(model)
+    line, _ = line_for(version)
+    c = forward_coefficients(arch, 2, 1, fused_moe=True, eager=False)
+    run = profile_peak(
+        arch,
+        c,
+        line,
+        tp=1,
+        tokens=tokens,
+        max_num_seqs=seqs,
+        max_model_len=8192,
+        is_last=True,
+        weight_kind="bf16",
+        gpu=A100,
+        mm_limit=mm_limit,
+        sampler_kind="native",
+    )
+    return arch, run
+
+
+def test_v0_multimodal_profile_fills_budget_over_image_tokens_sequences() -> None:
+    # vLLM V0 (worker/model_runner.py: profile_run, v0.6.5 / v0.8.5's V0): max_num_seqs =
+    # min(256, T // max_mm_tokens) with max_mm_tokens = limit (V0 default 1) x 256 tokens per
+    # Gemma 3 image: 8192 // 256 = 32 sequences of one 896 px image each; the sampler runs on
+    # those 32 rows. Pixels (fp32, 3 x 896 x 896) held; encoder outputs (256 x 2560 x bf16 for
+    # gemma-3-4b) through the forward.
+    arch, run = _profile("0.7.3", "google/gemma-3-4b-it", 8192, 256, None)
+    _, text_only = _profile("0.7.3", "google/gemma-3-4b-it", 8192, 256, 0)
+    assert arch.vision is not None and arch.vision.tokens_per_image == 256
+    assert run.rows == 32 and text_only.rows == 256
+    assert run.held - text_only.held == 32 * 3 * 896 * 896 * 4
+    assert run.forward - text_only.forward == 32 * 256 * 2560 * 2
+    # Two images per prompt: 8192 // 512 = 16 sequences, 32 images.
+    _, two = _profile("0.7.3", "google/gemma-3-4b-it", 8192, 256, 2)
+    assert two.rows == 16 and two.held - text_only.held == 32 * 3 * 896 * 896 * 4
+
+
+def test_v0_default_batch_tokens() -> None:
+    # EngineArgs (v0.7.3 create_engine_config; v0.8.5 _set_default_args_v0) and SchedulerConfig:
+    # chunked prefill (2048 tokens) above 32768 on CUDA only for models without a multimodal
+    # tower or a sliding window; else max(max_model_len, 2048), at least 5120 for a multimodal
+    # model. 0.6.4 (512 chunked tokens) also chunks on ROCm.
+    from service.estimator.engines.vllm_versions import v0_batch_tokens
+
+    v065, v064 = line_for("0.6.5")[0], line_for("0.6.4")[0]
+    plain = {"multimodal": False, "sliding_window": False, "mla": False, "rocm": False}
+    assert v0_batch_tokens(v065, 65536, **plain) == 2048
+    assert v0_batch_tokens(v064, 65536, **plain) == 512
+    assert v0_batch_tokens(v065, 32768, **plain) == 32768
+    assert v0_batch_tokens(v065, 1024, **plain) == 2048
+    assert v0_batch_tokens(v065, 65536, **(plain | {"rocm": True})) == 65536
+    assert v0_batch_tokens(v064, 65536, **(plain | {"rocm": True})) == 512
+    assert v0_batch_tokens(v065, 65536, **(plain | {"sliding_window": True})) == 65536
+    assert v0_batch_tokens(v065, 65536, **(plain | {"mla": True})) == 65536
+    assert v0_batch_tokens(v065, 4096, **(plain | {"multimodal": True})) == 5120
+    assert v0_batch_tokens(v065, 65536, **(plain | {"multimodal": True})) == 65536
+
+
+def test_0_11_0_batch_and_moe_follow_its_own_code() -> None:
+    # vLLM 0.11.0 (engine/arg_utils.py: _set_default_args) takes the tier's 2048 tokens under
+    # `vllm serve` below 70 GiB whatever max_num_seqs × max_model_len is; 0.11.1 caps it there
+    # (max_num_batched_tokens = min(max_num_seqs * max_model_len, ...)). With 4 sequences of
+    # 256 tokens: 2048 against 1024 tokens.
+    def profiled_tokens(version: str) -> int:
+        req = InferenceRequest(
+            catalog_architecture(LLAMA_8B),
+            engine="vllm",
+            sequence_length=256,
+            engine_options={"version": version, "max_model_len": 256, "max_num_seqs": 4},
+            gpu_memory_bytes=A100.total_bytes,
+            gpu=A100,
+        )
+        notes = [n for n in estimate_inference(req).assumptions if "profiling run at" in n]
+        assert len(notes) == 1
+        return int(notes[0].split("max_num_batched_tokens=")[1].split(",")[0])
+
+    assert profiled_tokens("0.11.0") == 2048
+    assert profiled_tokens("0.11.1") == 4 * 256
+    # 0.11.0 pins torch 2.8.0, where fused_experts still writes in place (no disable_inplace,
+    # which 0.11.1 adds for torch >= 2.9): the 0.10 layout, not 0.11.1's extra output.
+    assert line_for("0.11.0")[0].moe == line_for("0.10.1")[0].moe == "shared"
+    assert line_for("0.11.1")[0].moe == "shared+out"

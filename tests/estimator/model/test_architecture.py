@@ -302,10 +302,17 @@ def test_assumptions_record_defaults() -> None:
     assert any("torch_dtype" in line for line in a.assumptions)
 
 
-def test_as_dict_is_plain() -> None:
+def test_as_dict_is_plain_and_says_what_was_read() -> None:
+    """The architecture as the API shows it: plain JSON values, round-tripping through JSON,
+    with the fields the config gave (Mixtral: 8 experts, 2 per token)."""
     import json
 
-    json.dumps(build(model_type="mixtral", num_local_experts=8, num_experts_per_tok=2).as_dict())
+    plain = build(model_type="mixtral", num_local_experts=8, num_experts_per_tok=2).as_dict()
+    assert json.loads(json.dumps(plain)) == plain
+    assert plain["model_type"] == "mixtral"
+    assert plain["hidden_size"] == BASE["hidden_size"]
+    assert plain["num_layers"] == BASE["num_hidden_layers"]
+    assert plain["moe"]["num_experts"] == 8 and plain["moe"]["experts_per_token"] == 2
 
 
 def test_equal_architectures_hash_alike_and_the_hash_is_kept() -> None:

@@ -27,7 +27,12 @@ except ImportError:  # pragma: no cover - depends on the environment
         raise
     pytest.skip("torch is not installed (reference extras)", allow_module_level=True)
 
-import transformers
+try:
+    import transformers
+except ImportError:  # pragma: no cover - depends on the environment
+    if os.environ.get("LLMMEM_REQUIRE_REFERENCE"):
+        raise
+    pytest.skip("transformers is not installed (reference extras)", allow_module_level=True)
 from torch import nn
 
 from service.catalog.model_catalog import load_model_catalog

@@ -1,0 +1,553 @@
+"""Performance accuracy: the roofline (service/estimator/performance) against published serving
+benchmarks, and the fit of its constants.
+
+``data/measured/performance_vllm.csv`` holds one row per published measurement (model, engine
+and version, GPU, TP, prompt and output tokens, concurrency, how the load was offered, measured
+mean TTFT, ITL and output tokens/s, the URL and what the harness was). ``load`` is
+``closed-loop`` where the benchmark kept ``concurrency`` requests in flight
+(``--max-concurrency``: the traffic the model answers) and ``burst`` where it sent all
+``concurrency`` prompts at once and let the engine queue them (no ``--max-concurrency``): a
+finite run whose ramp, drain and KV-pressure preemptions the steady state does not hold.
+
+Before any fit, every source's closed-loop rows are split by a fixed rule (:func:`held_out`): a
+third of them, rounded up and spread evenly over the source's rows in file order, never enter a
+fit. The five perf.vllm constants are fitted together on the rest (least squares on relative
+errors of ITL, output tokens/s and, at concurrency 1, TTFT: :func:`fit`), and the errors are
+reported on both sets, per GPU. Burst rows never enter a fit: they are scored apart, as the
+service answers them and as the fitted vLLM constants answer them on the GPU's own datasheet
+peaks (:func:`transferred`, an experiment on how far the fit carries to another GPU).
+
+``python -m bench.validate.performance --fit`` prints the fitted values (the register must hold
+them: tests/estimator/performance/test_calibration_fit.py checks it).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import statistics
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+from bench.validate.paths import MEASURED
+from service.application.resolve import resolve_gpu
+from service.catalog.gpu_catalog import GpuCatalog, load_gpu_catalog
+from service.catalog.model_catalog import ModelCatalog, load_model_catalog
+from service.estimator import calibration
+from service.estimator.inference import InferenceRequest
+from service.estimator.performance import Traffic, estimate_performance, timing
+
+if TYPE_CHECKING:
+    from bench.validate.calibration import Result as CalibrationResult
+
+DATA = MEASURED / "performance_vllm.csv"
+
+#: The constants fitted together (register names), in the order the fit varies them.
+FITTED = (
+    "perf.vllm.hopper.memory_efficiency",
+    "perf.vllm.hopper.compute_efficiency",
+    "perf.vllm.step_overhead_s",
+    "perf.vllm.request_overhead_s",
+    "perf.vllm.sequence_overhead_s",
+)
+
+#: Held-out MAPE bounds tests/validation asserts (the issue's targets, on what the rows allow).
+TARGETS = {"itl": 0.20, "output_tokens_per_s": 0.20, "ttft_zero_load": 0.40}
+
+
+@dataclass(frozen=True)
+class Row:
+    id: str
+    model: str
+    engine: str
+    engine_version: str
+    gpu: str
+    tp: int
+    input_tokens: int
+    output_tokens: int
+    concurrency: int
+    load: str  # closed-loop (--max-concurrency) or burst (all prompts at once)
+    ttft_ms: float
+    itl_ms: float
+    output_tokens_per_s: float
+    url: str
+    source: str  # the URL without its anchor: rows of one publication
+
+    @property
+    def zero_load(self) -> bool:
+        return self.concurrency == 1 and self.closed_loop
+
+    @property
+    def closed_loop(self) -> bool:
+        return self.load == "closed-loop"
+
+
+@lru_cache(maxsize=1)
+def rows() -> tuple[Row, ...]:
+    out = []
+    with DATA.open() as f:
+        for r in csv.DictReader(f):
+            out.append(
+                Row(
+                    id=r["id"],
+                    model=r["model"],
+                    engine=r["engine"],
+                    engine_version=r["engine_version"],
+                    gpu=r["gpu"],
+                    tp=int(r["tp"]),
+                    input_tokens=int(r["input_tokens"]),
+                    output_tokens=int(r["output_tokens"]),
+                    concurrency=int(r["concurrency"]),
+                    load=r["load"],
+                    ttft_ms=float(r["ttft_ms"]),
+                    itl_ms=float(r["itl_ms"]),
+                    output_tokens_per_s=float(r["output_tokens_per_s"]),
+                    url=r["url"],
+                    source=r["url"].split("#")[0],
+                )
+            )
+    return tuple(out)
+
+
+def held_out(all_rows: tuple[Row, ...] | None = None) -> frozenset[str]:
+    """The closed-loop ids no fit may see: per source, ceil(n / 3) rows at evenly spread
+    positions (``round((k + 0.5) × n / m)`` for k < m) of the source's closed-loop rows in file
+    order. (Burst rows enter no fit at all.)"""
+    all_rows = rows() if all_rows is None else all_rows
+    by_source: dict[str, list[Row]] = {}
+    for r in all_rows:
+        if r.closed_loop:
+            by_source.setdefault(r.source, []).append(r)
+    out: set[str] = set()
+    for group in by_source.values():
+        n = len(group)
+        m = math.ceil(n / 3)
+        for k in range(m):
+            out.add(group[min(n - 1, round((k + 0.5) * n / m))].id)
+    return frozenset(out)
+
+
+def fit_rows() -> tuple[Row, ...]:
+    hold = held_out()
+    return tuple(r for r in rows() if r.closed_loop and r.id not in hold)
+
+
+def row_ids(prefix: str = "performance_vllm") -> tuple[str, ...]:
+    """Register ids of the fit rows (``performance_vllm:<id>``)."""
+    return tuple(f"{prefix}:{r.id}" for r in fit_rows())
+
+
+@lru_cache(maxsize=1)
+def _gpus() -> GpuCatalog:
+    return load_gpu_catalog()
+
+
+@lru_cache(maxsize=1)
+def _models() -> ModelCatalog:
+    return load_model_catalog()
+
+
+@dataclass(frozen=True)
+class Predicted:
+    ttft_ms: float
+    itl_ms: float
+    output_tokens_per_s: float
+    calibrated: bool
+
+
+def predict(row: Row) -> Predicted:
+    gpu = resolve_gpu(_gpus(), row.gpu)
+    arch = _models().get(row.model).architecture
+    req = InferenceRequest(
+        architecture=arch,
+        engine=row.engine,
+        tensor_parallel_size=row.tp,
+        gpu_memory_bytes=gpu.total_bytes,
+        gpu=gpu,
+        sequence_length=None,
+    )
+    traffic = Traffic(row.input_tokens, row.output_tokens, row.concurrency)
+    p = estimate_performance(req, traffic).performance
+    return Predicted(p.ttft_ms, p.itl_ms, p.output_tokens_per_s, p.calibrated)
+
+
+def predict_with(row: Row, values: Mapping[str, float]) -> Predicted:
+    # The perf constants enter no cached figure (only the step timing), so the caches stay.
+    with calibration.overridden(**{k.replace(".", "__"): v for k, v in values.items()}):
+        return predict(row)
+
+
+#: The GPU class whose fitted constants the transfer experiment carries to the others.
+FITTED_CLASS = ("vllm", "hopper")
+
+
+@contextmanager
+def _answered_with_fitted_class(architecture: str, gpu_ref: str) -> Iterator[None]:
+    """While open, vLLM answers on ``gpu_ref`` (of ``architecture``) take the fitted class's
+    constants (only the efficiencies and overheads: every peak stays the GPU's own)."""
+    table, checked = timing.CALIBRATED, timing.CHECKED_ON
+    key = (FITTED_CLASS[0], architecture)
+    saved, saved_checked = table.get(key), checked.get(key)
+    table[key] = table[FITTED_CLASS]
+    checked[key] = (saved_checked or frozenset()) | {gpu_ref}
+    try:
+        yield
+    finally:
+        if saved is None:
+            del table[key]
+        else:
+            table[key] = saved
+        if saved_checked is None:
+            del checked[key]
+        else:
+            checked[key] = saved_checked
+
+
+def transferred(row: Row) -> Predicted:
+    """The row as the fitted vLLM constants answer it on the row's GPU, with that GPU's own
+    bandwidth, tensor rate and interconnect from the catalog: how far the fit carries to a GPU
+    it never saw. An experiment for the report; the service's answer there stays a band."""
+    gpu = resolve_gpu(_gpus(), row.gpu)
+    assert gpu.performance is not None
+    with _answered_with_fitted_class(gpu.performance.architecture or "", gpu.ref):
+        return predict(row)
+
+
+def band_holds(row: Row) -> dict[str, bool]:
+    """Whether the service's band (uncalibrated answers) holds each measured figure."""
+    gpu = resolve_gpu(_gpus(), row.gpu)
+    arch = _models().get(row.model).architecture
+    req = InferenceRequest(
+        architecture=arch,
+        engine=row.engine,
+        tensor_parallel_size=row.tp,
+        gpu_memory_bytes=gpu.total_bytes,
+        gpu=gpu,
+        sequence_length=None,
+    )
+    band = estimate_performance(
+        req, Traffic(row.input_tokens, row.output_tokens, row.concurrency)
+    ).performance.band
+    if band is None:
+        return {}
+    return {
+        "itl": band.itl_ms[0] <= row.itl_ms <= band.itl_ms[1],
+        "output_tokens_per_s": band.output_tokens_per_s[0]
+        <= row.output_tokens_per_s
+        <= band.output_tokens_per_s[1],
+    }
+
+
+def ttft_usable(row: Row) -> bool:
+    """Whether the row's TTFT can be a prefill at all: the FLOPs it implies (2 per active
+    parameter per prompt token over TTFT) must stay under the GPUs' dense peak. A faster one
+    skipped work (a prefix-cache hit on a repeated prompt, a lower precision) and is neither
+    fitted nor scored."""
+    gpu = resolve_gpu(_gpus(), row.gpu)
+    assert gpu.performance is not None
+    active = _models().get(row.model).counts.active
+    implied = 2 * active * row.input_tokens / (row.ttft_ms / 1e3)
+    return implied <= row.tp * gpu.performance.tensor_flops_per_s
+
+
+def errors(row: Row, p: Predicted) -> dict[str, float]:
+    """Relative errors (predicted − measured) / measured of the row's figures."""
+    out = {
+        "itl": (p.itl_ms - row.itl_ms) / row.itl_ms,
+        "output_tokens_per_s": (p.output_tokens_per_s - row.output_tokens_per_s)
+        / row.output_tokens_per_s,
+    }
+    if ttft_usable(row):
+        key = "ttft_zero_load" if row.zero_load else "ttft_loaded"
+        out[key] = (p.ttft_ms - row.ttft_ms) / row.ttft_ms
+    return out
+
+
+def _loss(values: Mapping[str, float], fit_set: tuple[Row, ...]) -> float:
+    total = 0.0
+    for row in fit_set:
+        for name, e in errors(row, predict_with(row, values)).items():
+            if name != "ttft_loaded":
+                total += e * e
+    return total
+
+
+def _nelder_mead(
+    f: Callable[[list[float]], float], x0: list[float], step: float, iterations: int
+) -> list[float]:
+    """Nelder-Mead on ``f`` from ``x0`` (a simplex of relative steps): a fixed number of
+    iterations, deterministic."""
+    n = len(x0)
+    simplex = [list(x0)]
+    for i in range(n):
+        x = list(x0)
+        x[i] = x[i] + step if x[i] == 0 else x[i] * (1 + step)
+        simplex.append(x)
+    scores = [f(x) for x in simplex]
+    for _ in range(iterations):
+        order = sorted(range(n + 1), key=lambda i: scores[i])
+        simplex = [simplex[i] for i in order]
+        scores = [scores[i] for i in order]
+        centroid = [sum(x[j] for x in simplex[:-1]) / n for j in range(n)]
+        worst = simplex[-1]
+        refl = [c + (c - w) for c, w in zip(centroid, worst, strict=True)]
+        fr = f(refl)
+        if fr < scores[0]:
+            exp = [c + 2 * (c - w) for c, w in zip(centroid, worst, strict=True)]
+            fe = f(exp)
+            simplex[-1], scores[-1] = (exp, fe) if fe < fr else (refl, fr)
+        elif fr < scores[-2]:
+            simplex[-1], scores[-1] = refl, fr
+        else:
+            con = [c + 0.5 * (w - c) for c, w in zip(centroid, worst, strict=True)]
+            fc = f(con)
+            if fc < scores[-1]:
+                simplex[-1], scores[-1] = con, fc
+            else:
+                best = simplex[0]
+                simplex = [best] + [
+                    [b + 0.5 * (x - b) for b, x in zip(best, xs, strict=True)] for xs in simplex[1:]
+                ]
+                scores = [scores[0]] + [f(x) for x in simplex[1:]]
+    return simplex[min(range(n + 1), key=lambda i: scores[i])]
+
+
+def fit(fit_set: tuple[Row, ...] | None = None, iterations: int = 200) -> dict[str, float]:
+    """The five constants minimising the squared relative errors on ``fit_set`` (the fit
+    rows by default), searched in log space from the register's values."""
+    fit_set = fit_rows() if fit_set is None else fit_set
+    start = [math.log(calibration.REGISTER[n].value) for n in FITTED]
+
+    def f(x: list[float]) -> float:
+        values = {n: math.exp(v) for n, v in zip(FITTED, x, strict=True)}
+        if not (0 < values[FITTED[0]] <= 1 and 0 < values[FITTED[1]] <= 1):
+            return float("inf")
+        return _loss(values, fit_set)
+
+    best = _nelder_mead(f, start, 0.2, iterations)
+    return {n: math.exp(v) for n, v in zip(FITTED, best, strict=True)}
+
+
+def _metric_errors(
+    subset: tuple[Row, ...], values: Mapping[str, float] | None
+) -> list[tuple[str, float]]:
+    out = []
+    for row in subset:
+        p = predict(row) if values is None else predict_with(row, values)
+        for metric, e in errors(row, p).items():
+            if metric != "ttft_loaded":
+                out.append((f"{row.id} {metric}", e))
+    return out
+
+
+def register_result() -> CalibrationResult:
+    """The perf constants as bench/validate/calibration.py reports every fitted entry: the
+    errors at the registered values on the fit rows, refitted leaving one row out and one
+    model out, and on the held-out rows (one line per row and figure)."""
+    from bench.validate.calibration import Result
+
+    fitted = fit_rows()
+    registered = {n: calibration.REGISTER[n].value for n in FITTED}
+    loo: list[tuple[str, float]] = []
+    for row in fitted:
+        loo += _metric_errors((row,), fit(tuple(r for r in fitted if r is not row)))
+    lomo: list[tuple[str, float]] = []
+    for model in dict.fromkeys(r.model for r in fitted):
+        rest = tuple(r for r in fitted if r.model != model)
+        values = fit(rest)
+        lomo += _metric_errors(tuple(r for r in fitted if r.model == model), values)
+    hold = held_out()
+    return Result(
+        names=FITTED,
+        registered=registered,
+        refit=fit(fitted),
+        in_sample=_metric_errors(fitted, None),
+        loo=loo,
+        lomo=lomo,
+        held_out=_metric_errors(tuple(r for r in rows() if r.id in hold), None),
+        note="one line per row and figure (ITL, output tokens/s, zero-load TTFT); the rows, "
+        "the split and the per-row errors are in the performance section above",
+    )
+
+
+@dataclass(frozen=True)
+class Scored:
+    row: Row
+    predicted: Predicted  # the service's answer (the band's middle where uncalibrated)
+    errors: Mapping[str, float]
+    held_out: bool  # a closed-loop row no fit saw
+    transfer: Predicted | None  # uncalibrated answers: the fitted constants on this GPU
+    transfer_errors: Mapping[str, float]
+    in_band: Mapping[str, bool]  # uncalibrated answers: the band holds the measured figure
+
+    @property
+    def split(self) -> str:
+        if not self.row.closed_loop:
+            return "burst"
+        return "held out" if self.held_out else "fit"
+
+
+@lru_cache(maxsize=1)
+def _scored() -> tuple[Scored, ...]:
+    hold = held_out()
+    out = []
+    for r in rows():
+        p = predict(r)
+        t = None if p.calibrated else transferred(r)
+        out.append(
+            Scored(
+                r,
+                p,
+                errors(r, p),
+                r.id in hold,
+                t,
+                {} if t is None else errors(r, t),
+                {} if p.calibrated else band_holds(r),
+            )
+        )
+    return tuple(out)
+
+
+def scored() -> list[Scored]:
+    return list(_scored())
+
+
+def mape(items: list[Scored], metric: str, fitted: bool = False) -> tuple[float, int]:
+    """Mean |error| of ``metric`` over ``items`` and how many rows have it: as the service
+    answers, or (``fitted``) with the fitted vLLM constants, carried to GPUs without a fit."""
+    values = [
+        abs(e[metric])
+        for s in items
+        for e in ((s.transfer_errors or s.errors) if fitted else s.errors,)
+        if metric in e
+    ]
+    return (statistics.fmean(values) if values else float("nan")), len(values)
+
+
+#: The GPUs the issue's targets name (vLLM, dense models): each gets a line in the report.
+TARGET_GPUS = ("h100-sxm-80gb", "h200-sxm-141gb", "a100-sxm4-80gb", "a100-sxm4-40gb", "l40s")
+
+#: The three figures the targets bound, in report order.
+METRICS = ("itl", "output_tokens_per_s", "ttft_zero_load")
+
+
+def per_gpu(items: list[Scored] | None = None) -> dict[str, dict[str, list[Scored]]]:
+    """GPU id → split (fit, held out, burst) → scored rows; every target GPU is present."""
+    items = scored() if items is None else items
+    out: dict[str, dict[str, list[Scored]]] = {g: {} for g in TARGET_GPUS}
+    for s in items:
+        out.setdefault(s.row.gpu, {}).setdefault(s.split, []).append(s)
+    return out
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:+.1f}%"
+
+
+def _cell(value: float, n: int) -> str:
+    return f"{value * 100:.1f}% ({n})" if n else "no rows"
+
+
+def _gpu_lines() -> list[str]:
+    lines = [
+        "| GPU | answered as | closed-loop rows fit / held out | held-out ITL | "
+        "held-out tok/s | held-out zero-load TTFT | burst rows | burst ITL, fitted "
+        "constants | burst tok/s, fitted constants | burst figures inside the band |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for gpu_id, splits in per_gpu().items():
+        gpu = resolve_gpu(_gpus(), gpu_id)
+        assert gpu.performance is not None
+        arch = gpu.performance.architecture or ""
+        answered = (
+            "calibrated (`vllm/" + arch + "`)"
+            if (FITTED_CLASS[0], arch) in timing.CALIBRATED
+            else "band (`calibrated: false`)"
+        )
+        fit_n, hold = len(splits.get("fit", [])), splits.get("held out", [])
+        burst = splits.get("burst", [])
+        held = [_cell(*mape(hold, m)) for m in METRICS]
+        carried = [_cell(*mape(burst, m, fitted=True)) for m in METRICS[:2]]
+        inside = [x for s in burst for x in s.in_band.values()]
+        band = f"{sum(inside)} of {len(inside)}" if inside else "–"
+        lines.append(
+            f"| {gpu_id} | {answered} | {fit_n} / {len(hold)} | " + " | ".join(held) + " | "
+            f"{len(burst)} | " + " | ".join(carried) + f" | {band} |"
+        )
+    return lines
+
+
+def report() -> str:
+    items = scored()
+    lines = [
+        "## Performance (TTFT, ITL, throughput)\n",
+        "The roofline of docs/performance.md against published serving benchmarks "
+        "(`bench/validate/data/measured/performance_vllm.csv`, each row with its URL and "
+        "harness). The five `perf.vllm` constants are fitted on the closed-loop fit rows; the "
+        "held-out rows (a third of every source's closed-loop rows, by a fixed rule set before "
+        "any fit: `bench/validate/performance.py`, `held_out`) never enter the fit, nor do the "
+        "burst rows (all prompts sent at once: a finite run, not the closed loop the model "
+        "answers). MAPE = mean of |predicted − measured| / measured, with the row count.\n",
+        "Per GPU (the issue's targets: ITL and output tokens/s ≤ 20 %, zero-load TTFT ≤ 40 %, "
+        "held out; tests/validation/test_performance_accuracy.py pins each figure). The burst "
+        "columns answer each burst row with the fitted vLLM constants: the service's own "
+        "answer on Hopper and, on a GPU without a fit, the Hopper-fitted constants carried to "
+        "that GPU's own datasheet peaks (an experiment on how far the fit carries; the service "
+        "answers there with a band, whose ends the last column checks). A burst enters no fit "
+        "and is no evidence for the targets (docs/performance.md, Bursts).\n",
+        *_gpu_lines(),
+        "",
+        "| set | metric | MAPE | rows | target |",
+        "|---|---|---|---|---|",
+    ]
+    for name in ("held out", "fit"):
+        group = [s for s in items if s.split == name]
+        for metric in ("itl", "output_tokens_per_s", "ttft_zero_load", "ttft_loaded"):
+            value, n = mape(group, metric)
+            if n:
+                target = TARGETS.get(metric)
+                t = f"≤ {target * 100:.0f}%" if target and name == "held out" else ""
+                lines.append(f"| {name} | {metric} | {value * 100:.1f}% | {n} | {t} |")
+    lines += [
+        "",
+        "Every row. Where the answer is a band, the estimate is the band's middle and the "
+        "bracket after it gives the error with the fitted constants carried (`carried`).\n",
+        "| row | set | model | GPU × TP | in / out | conc. | ITL ms meas. / est. "
+        "| tok/s meas. / est. | TTFT ms meas. / est. |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in items:
+        r, p, e, te = s.row, s.predicted, s.errors, s.transfer_errors
+        ttft_err = e.get("ttft_zero_load", e.get("ttft_loaded"))
+        ttft_note = "not scored: faster than the peak" if ttft_err is None else _pct(ttft_err)
+
+        def carried(metric: str, te: Mapping[str, float] = te) -> str:
+            return f"; carried {_pct(te[metric])}" if metric in te else ""
+
+        lines.append(
+            f"| {r.id} | {s.split} | {r.model} | {r.gpu} × {r.tp} | "
+            f"{r.input_tokens} / {r.output_tokens} | {r.concurrency} | "
+            f"{r.itl_ms:g} / {p.itl_ms:.2f} ({_pct(e['itl'])}{carried('itl')}) | "
+            f"{r.output_tokens_per_s:g} / {p.output_tokens_per_s:.1f} "
+            f"({_pct(e['output_tokens_per_s'])}{carried('output_tokens_per_s')}) | "
+            f"{r.ttft_ms:g} / {p.ttft_ms:.1f} ({ttft_note}) |"
+        )
+    lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    if "--fit" in argv:
+        for name, value in fit().items():
+            print(f"{name} = {value:.6g}")
+        return 0
+    print(report())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
