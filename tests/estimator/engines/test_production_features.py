@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from service.estimator.engines.vllm_features import stacked_lora
 from service.estimator.engines.vllm_parallel import deepep_low_latency_bytes
 from service.estimator.inference import InferenceRequest, estimate_inference, stage_figures
@@ -63,6 +65,26 @@ def test_expert_parallel_keeps_an_eighth_of_deepseek_v3_routed_experts() -> None
     # Without EP the experts are cut in width over TP × DP = 8 GPUs instead: the same bytes.
     sliced = stage_figures(_request(DEEPSEEK_V3, data_parallel_size=8))[0]
     assert abs(sliced.weights - ep.weights) < 0.01 * ep.weights
+
+
+@pytest.mark.parametrize(
+    ("model", "layers", "experts", "hidden", "width"),
+    [
+        # config.json of each (published): num_hidden_layers, num_experts, hidden_size,
+        # moe_intermediate_size; every decoder layer holds experts, bf16 weights.
+        ("Qwen/Qwen3.5-35B-A3B", 40, 256, 2048, 512),
+        ("google/gemma-4-26B-A4B", 30, 128, 2816, 704),
+    ],
+)
+def test_expert_parallel_keeps_each_rank_its_share_of_new_moe_families(
+    model: str, layers: int, experts: int, hidden: int, width: int
+) -> None:
+    """DP 8 with --enable-expert-parallel on the 2026 MoE families: each rank drops 7/8 of
+    the routed experts (gate, up, down: 3 x hidden x width bf16 bytes each) and nothing else."""
+    routed = layers * experts * 3 * hidden * width * 2
+    one_gpu = stage_figures(_request(model))[0].weights
+    ep = stage_figures(_request(model, data_parallel_size=8, expert_parallel=True))[0]
+    assert one_gpu - ep.weights == routed * 7 // 8
 
 
 def test_eplb_redundant_experts_add_whole_experts() -> None:
