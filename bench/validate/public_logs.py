@@ -28,7 +28,7 @@ import csv
 import dataclasses
 import re
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -329,21 +329,29 @@ def _request(
     )
 
 
-def evaluate() -> tuple[list[Case], list[Verdict], list[Excluded]]:
-    """Every row scored, or listed with why not."""
-    cases: list[Case] = []
-    verdicts: list[Verdict] = []
-    excluded: list[Excluded] = []
+@dataclass(frozen=True)
+class Scored:
+    """A row the estimate can be run on: its release line, GPU and request."""
+
+    id: str
+    row: dict[str, str]
+    line: str
+    gpu: GpuSpec | None
+    request: InferenceRequest
+
+
+def scorable() -> Iterator[Scored | Excluded]:
+    """Each row as the request the estimate runs it with, or listed with why it is not scored."""
     oldest = LINES[0].start
     for row in rows():
         rid = row["row_id"]
         model = _model_id(row)
         version, _basis = _version(row)
         if row["row_id"] == "v_43308":
-            excluded.append(Excluded(rid, "a reporter's approximate table (~), not a log"))
+            yield Excluded(rid, "a reporter's approximate table (~), not a log")
             continue
         if rid in NOT_MODELLED and model is not None:
-            excluded.append(Excluded(rid, NOT_MODELLED[rid]))
+            yield Excluded(rid, NOT_MODELLED[rid])
             continue
         reasons = []
         if model is None:
@@ -353,18 +361,30 @@ def evaluate() -> tuple[list[Case], list[Verdict], list[Excluded]]:
         elif parse_version(version) < oldest:
             reasons.append(f"release {version} predates the oldest modelled line ({LINES[0].name})")
         if reasons or model is None or version is None:
-            excluded.append(Excluded(rid, "; ".join(reasons)))
+            yield Excluded(rid, "; ".join(reasons))
             continue
         gpu = STAND_IN if rid in PER_TOKEN_ONLY else _gpu(row)
         line = line_for(version)[0].name
-        req = _request(row, model, version, gpu)
+        yield Scored(rid, row, line, gpu, _request(row, model, version, gpu))
+
+
+def evaluate() -> tuple[list[Case], list[Verdict], list[Excluded]]:
+    """Every row scored, or listed with why not."""
+    cases: list[Case] = []
+    verdicts: list[Verdict] = []
+    excluded: list[Excluded] = []
+    for item in scorable():
+        if isinstance(item, Excluded):
+            excluded.append(item)
+            continue
+        rid, req = item.id, item.request
         try:
             first = stage_figures(req)[0]
             est = estimate_inference(req)
         except InvalidRequest as e:
             excluded.append(Excluded(rid, f"the estimator refuses the row's flags: {e}"))
             continue
-        found = _compare(rid, line, row, first, est, gpu, cases, verdicts)
+        found = _compare(rid, item.line, item.row, first, est, item.gpu, cases, verdicts)
         if not found:
             excluded.append(Excluded(rid, "no figure or verdict the estimate can be checked on"))
     return cases, verdicts, excluded

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import re
+import tomllib
+from pathlib import Path
 
 from fastapi.testclient import TestClient
 
 from service.app import create_app
-from service.catalog.gpu_catalog import load_gpu_catalog
-from service.catalog.model_catalog import load_model_catalog
 from service.settings import Settings
+
+CATALOG = Path(__file__).resolve().parents[2] / "service" / "catalog"
 
 PROBLEM = "application/problem+json"
 
@@ -23,11 +26,16 @@ def test_healthz(client: TestClient) -> None:
 def test_readyz_reports_loaded_catalogs(client: TestClient) -> None:
     body = client.get("/readyz").json()
     assert body["status"] == "ready"
-    # What the catalogs hold, counted from their own files: every record loaded, none lost.
-    gpus = load_gpu_catalog()
-    models = load_model_catalog()
-    assert body["gpus"] == len(gpus.all()) >= 55
-    assert body["models"] == len(models.all()) >= 473
+    # What the catalogs hold, counted from their files with the standard library (not through
+    # the loaders under test): every record loaded, none lost, none counted twice.
+    with (CATALOG / "gpus.toml").open("rb") as f:
+        gpu_records = len(tomllib.load(f)["gpu"])
+    model_records = sum(
+        len(json.loads(file.read_text(encoding="utf-8"))["models"])
+        for file in (CATALOG / "models").glob("*.json")
+    )
+    assert (body["gpus"], body["models"]) == (gpu_records, model_records)
+    assert gpu_records > 0 and model_records > 0
 
 
 def test_readyz_is_503_before_startup() -> None:

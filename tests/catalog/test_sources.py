@@ -18,7 +18,7 @@ from service.catalog.gpu_catalog import GpuCatalog, load_gpu_catalog
 from service.catalog.model_catalog import ModelCatalog, load_model_catalog
 
 # Private material: the shared folder's reference and validation files, absolute paths of a
-# build machine, and search-index ids ("index id 123...", "id 59040654377").
+# build machine, and search-index ids ("index id 0", "id 1234567": the figures here are made up).
 _PRIVATE = re.compile(
     r"reference/gpus\.md|shared/(?:validation|reference)|(?:^|[\s(\[])/(?:work|root|home|srv|tmp)/"
     r"|index id|\bid \d{6,}",
@@ -56,8 +56,8 @@ def names_a_public_reference(text: str) -> bool:
         "usable GiB from nvidia-smi mig -lgip as collected in reference/gpus.md",
         "measured in shared/validation/vllm_v0.19_h100.csv",
         "copied from /home/builder/pkgs/x/litgpt/config.py",
-        "a fixture (code index id 19371423160)",
-        "find_string hit id 59040654377",
+        "a fixture (code index id 0)",
+        "find_string hit id 1234567",
         "nvidia-smi memory.total 24564 MiB, as recorded in the environment notes of several "
         "public repositories",
     ],

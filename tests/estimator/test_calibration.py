@@ -153,6 +153,10 @@ def test_context_and_first_forward_growth_follow_the_resident_threads() -> None:
     assert "89,088 resident threads (58 multiprocessors)" in driver_reservation_note(l4)
     assert "H100 SXM's 270,336 resident threads" in driver_reservation_note(mig)
     assert "H100 SXM's 270,336 resident threads" in driver_reservation_note(None)
+    # The growth term was fitted on H100 SXM rows only: an answer on another GPU says it is
+    # applied there uncalibrated; one on a GPU of the H100's threads does not.
+    assert "uncalibrated" in driver_reservation_note(l4)
+    assert "uncalibrated" not in driver_reservation_note(h100)
 
 
 def test_triton_sampler_buffer_takes_the_gpus_multiprocessors() -> None:

@@ -129,10 +129,17 @@ def driver_reservation_note(gpu: GpuSpec | None) -> str:
             "are not known)"
         )
     assert gpu is not None  # threads are known only for a GPU
-    return (
+    note = (
         f"CUDA context and driver growth: {per}, for {threads:,} resident threads "
         f"({gpu.multiprocessors} multiprocessors)"
     )
+    if threads != REFERENCE_RESIDENT_THREADS:
+        # The growth term's rows are all H100 SXM (calibration.py, its applies_to).
+        note += (
+            "; the driver growth per thread was fitted on H100 SXM rows only and is applied "
+            "to this GPU uncalibrated"
+        )
+    return note
 
 
 def library_workspace_bytes(gpu: GpuSpec | None = None) -> int:
@@ -178,7 +185,8 @@ class OverheadTerms:
             out.append(
                 "first forward's driver growth (stack reservation, lazily loaded kernels) "
                 f"{self.library_workspace / GIB:.2f} GiB per GPU (per resident thread, fitted "
-                "on H100 SXM rows; other GPUs scaled by their resident threads, unchecked)"
+                "on H100 SXM rows only; other GPUs scaled by their resident threads, "
+                "uncalibrated)"
             )
         if self.nccl:
             out.append(f"NCCL buffers {self.nccl / GIB:.2f} GiB per GPU")
