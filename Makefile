@@ -7,16 +7,12 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 PYTEST_ARGS ?=
-# `make test` leaves out the tests marked slow (servers in subprocesses, a headless browser,
-# transformers builds: about 100 s on 2 cores); `make test-slow` runs only them, `make test-all`
-# and CI (.ci/run) run both.
-PYTEST_MARKERS ?= not slow
 
 RUNTIME_STAMP := $(VENV)/.runtime-installed
 TEST_STAMP := $(VENV)/.test-installed
 
 .DEFAULT_GOAL := help
-.PHONY: help venv serve test test-slow test-all lint typecheck openapi clean readme-examples
+.PHONY: help venv serve test lint typecheck openapi clean readme-examples
 
 help:  ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | sort | \
@@ -53,15 +49,8 @@ lint: $(TEST_STAMP)  ## ruff lint and format check
 typecheck: $(TEST_STAMP)  ## mypy on the domain package
 	$(VENV)/bin/mypy
 
-test: $(TEST_STAMP) lint typecheck deploy-check browser-deps  ## Lint, type-check, deploy checks and every test not marked slow
-	$(PY) -m pytest -m "$(PYTEST_MARKERS)" $(PYTEST_ARGS)
-
-test-slow: $(TEST_STAMP) browser-deps  ## Only the tests marked slow (servers, browser, transformers builds)
-	$(PY) -m pytest -m slow $(PYTEST_ARGS)
-
-test-all:  ## What CI runs: `make test`, then the tests marked slow
-	$(MAKE) test
-	$(MAKE) test-slow
+test: $(TEST_STAMP) lint typecheck deploy-check browser-deps  ## Lint, type-check, deploy checks and the whole test suite
+	$(PY) -m pytest $(PYTEST_ARGS)
 
 openapi: $(RUNTIME_STAMP)  ## Regenerate openapi/openapi.json from the live app
 	$(PY) -m service.openapi > openapi/openapi.json

@@ -2,8 +2,7 @@
 
 The browser is the system's (`make browser-deps` installs chromium and chromium-driver from
 Debian); nothing is downloaded at test time. Without it the browser tests are skipped on a
-developer's machine and fail in CI (CI=true), where `make test-slow` (run by
-`make test-all`) installs it first.
+developer's machine and fail in CI (CI=true), where `make test` installs it first.
 """
 
 from __future__ import annotations
