@@ -26,6 +26,7 @@ from service.estimator.model.config_reader import (
 )
 from service.estimator.model.config_schema import KvHeads
 from service.estimator.model.families import (
+    FLAT_WRAPPER_TYPES,
     WRAPPER_TEXT_TYPES,
     family_for,
 )
@@ -72,6 +73,8 @@ _GENERIC_NOTE = (
 
 # Keys a wrapper keeps at its top level that apply to its language model too.
 _WRAPPER_SHARED_KEYS = ("torch_dtype", "dtype", "quantization_config")
+# Keys of a flat wrapper config (FLAT_WRAPPER_TYPES) that are the wrapper's, not its decoder's.
+_FLAT_WRAPPER_OWN_KEYS = frozenset({"model_type", "architectures", "vision_config"})
 
 
 def read_config(config: Mapping[str, Any]) -> Architecture:
@@ -83,6 +86,9 @@ def read_config(config: Mapping[str, Any]) -> Architecture:
     outer_type = outer_model_type(outer, notes)
     wrapper: str | None = None
     text = outer.get("text_config")
+    if text is None and outer_type in FLAT_WRAPPER_TYPES:
+        # The language model's keys sit beside vision_config (Qwen2-VL's Hub configs).
+        text = {k: v for k, v in outer.items() if k not in _FLAT_WRAPPER_OWN_KEYS}
     if text is not None:
         if not isinstance(text, Mapping):
             raise InvalidConfig("text_config must be an object", field="text_config")

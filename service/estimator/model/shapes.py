@@ -224,6 +224,8 @@ class VisionTower(StrEnum):
     GEMMA4 = "gemma4"  # Gemma 4's vision encoder + embed_vision (.gemma4_towers)
     QWEN3_5 = "qwen3_5"  # Qwen3.5's ViT with its patch merger (.qwen3_5_vision)
     MLLAMA = "mllama"  # Llama 3.2 Vision's tiled ViT, local and global encoders (.mllama_vision)
+    QWEN2_VL = "qwen2_vl"  # Qwen2-VL's ViT with its patch merger (.qwen2_vl_vision)
+    QWEN2_5_VL = "qwen2_5_vl"  # Qwen2.5-VL's window-attention ViT and merger (.qwen2_vl_vision)
 
 
 @dataclass(frozen=True)
@@ -264,7 +266,7 @@ class VisionSpec:
     position_table: int = 0  # Gemma 4: rows per axis of the 2-D position table
     clipped: bool = False  # Gemma 4: clip bounds stored for each clippable linear
     standardize: bool = False  # Gemma 4: std_bias / std_scale buffers
-    temporal_patch: int = 1  # Qwen3.5: frames one Conv3d patch spans
+    temporal_patch: int = 1  # Qwen3.5, Qwen2(.5)-VL: frames one Conv3d patch spans
     global_layers: int = 0  # Llama 3.2 Vision: the gated global encoder's layers
     aspect_ratios: int = 0  # Llama 3.2 Vision: supported aspect ratios (max_aspect_ratio_id)
     max_tiles: int = 0  # Llama 3.2 Vision: max_num_tiles

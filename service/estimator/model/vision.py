@@ -25,6 +25,13 @@ from service.estimator.model.gemma4_towers import (
     gemma4_vision_modules,
 )
 from service.estimator.model.mllama_vision import mllama_vision_groups, mllama_vision_modules
+from service.estimator.model.qwen2_vl_vision import (
+    QWEN2_5_VL_DEFAULTS,
+    QWEN2_VL_DEFAULTS,
+    qwen2_vl_extras,
+    qwen2_vl_groups,
+    qwen2_vl_modules,
+)
 from service.estimator.model.qwen3_5_vision import qwen3_5_vision_groups, qwen3_5_vision_modules
 from service.estimator.model.shapes import (
     AudioSpec,
@@ -54,6 +61,11 @@ _SUPPORTED: Mapping[tuple[str, str], VisionTower] = {
     ("qwen3_5_vision", "qwen3_5"): VisionTower.QWEN3_5,
     ("qwen3_5_moe_vision", "qwen3_5_moe"): VisionTower.QWEN3_5,
     ("mllama_vision_model", "mllama"): VisionTower.MLLAMA,
+    # Checkpoints saved before transformers 5 name the tower by the wrapper's model_type.
+    ("qwen2_vl_vision", "qwen2_vl"): VisionTower.QWEN2_VL,
+    ("qwen2_vl", "qwen2_vl"): VisionTower.QWEN2_VL,
+    ("qwen2_5_vl_vision", "qwen2_5_vl"): VisionTower.QWEN2_5_VL,
+    ("qwen2_5_vl", "qwen2_5_vl"): VisionTower.QWEN2_5_VL,
 }
 # A tower config that names no model_type: the one its family's wrapper builds.
 _DEFAULT_KIND = {
@@ -63,13 +75,24 @@ _DEFAULT_KIND = {
     "qwen3_5": "qwen3_5_vision",
     "qwen3_5_moe": "qwen3_5_moe_vision",
     "mllama": "mllama_vision_model",
+    "qwen2_vl": "qwen2_vl_vision",
+    "qwen2_5_vl": "qwen2_5_vl_vision",
 }
 # Towers that take images of any size (their extras derive the image vLLM profiles).
-_ANY_SIZE = frozenset({VisionTower.GEMMA4, VisionTower.QWEN3_5})
+_ANY_SIZE = frozenset(
+    {VisionTower.GEMMA4, VisionTower.QWEN3_5, VisionTower.QWEN2_VL, VisionTower.QWEN2_5_VL}
+)
 # Tower keys under the names their config classes give them (transformers' attribute_map).
 _TOWER_KEYS: Mapping[VisionTower, Mapping[str, str]] = {
     VisionTower.QWEN3_5: {"num_hidden_layers": "depth", "num_attention_heads": "num_heads"},
     VisionTower.MLLAMA: {"num_attention_heads": "attention_heads"},
+    VisionTower.QWEN2_VL: {
+        "hidden_size": "embed_dim",
+        "out_hidden_size": "hidden_size",
+        "num_hidden_layers": "depth",
+        "num_attention_heads": "num_heads",
+    },
+    VisionTower.QWEN2_5_VL: {"num_hidden_layers": "depth", "num_attention_heads": "num_heads"},
 }
 
 # The config class defaults of each tower (transformers), for keys a config leaves out.
@@ -144,6 +167,8 @@ _DEFAULTS: Mapping[VisionTower, Mapping[str, int]] = {
         "num_position_embeddings": 2304,
         "out_hidden_size": 3584,
     },
+    VisionTower.QWEN2_VL: QWEN2_VL_DEFAULTS,
+    VisionTower.QWEN2_5_VL: QWEN2_5_VL_DEFAULTS,
 }
 
 
@@ -335,6 +360,8 @@ _EXTRAS: Mapping[
     VisionTower.GEMMA4: _gemma4_extras,
     VisionTower.QWEN3_5: _qwen3_5_extras,
     VisionTower.MLLAMA: _mllama_extras,
+    VisionTower.QWEN2_VL: qwen2_vl_extras,
+    VisionTower.QWEN2_5_VL: qwen2_vl_extras,
 }
 
 
@@ -433,6 +460,8 @@ _MODULES: Mapping[VisionTower, Callable[[VisionSpec], list[LinearModule]]] = {
     VisionTower.GEMMA4: gemma4_vision_modules,
     VisionTower.QWEN3_5: qwen3_5_vision_modules,
     VisionTower.MLLAMA: mllama_vision_modules,
+    VisionTower.QWEN2_VL: qwen2_vl_modules,
+    VisionTower.QWEN2_5_VL: qwen2_vl_modules,
 }
 
 
@@ -514,6 +543,8 @@ _GROUPS: Mapping[VisionTower, Callable[[VisionSpec], tuple[ParameterGroup, ...]]
     VisionTower.GEMMA4: gemma4_vision_groups,
     VisionTower.QWEN3_5: qwen3_5_vision_groups,
     VisionTower.MLLAMA: mllama_vision_groups,
+    VisionTower.QWEN2_VL: qwen2_vl_groups,
+    VisionTower.QWEN2_5_VL: qwen2_vl_groups,
 }
 
 

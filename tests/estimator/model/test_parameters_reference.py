@@ -148,9 +148,13 @@ def _check(config: dict[str, Any]) -> None:
 
 _CATALOG = load_model_catalog()
 _SEEN: set[str] = set()
+# Language models transformers builds only inside their wrapper (no causal-LM class).
+_WRAPPER_ONLY = frozenset({"qwen2_vl_text", "qwen2_5_vl_text"})
 _CATALOG_CASES = []
 for _entry in _CATALOG.all():
     if _entry.architecture.model_type == "qwen":  # remote code; see test_parameters.py
+        continue
+    if _entry.architecture.model_type in _WRAPPER_ONLY:  # checked whole with its tower below
         continue
     # One case per shape: quantized repos and fine-tunes share their base's tensors.
     _shape = {
@@ -535,6 +539,8 @@ def test_every_supported_family_is_exercised() -> None:
     covered = {read_config(c).model_type for c in EDGE_CASES.values()}
     covered |= {p.values[0]["model_type"] for p in _CATALOG_CASES}
     covered |= {c["model_type"] for c in _SMALL_WRAPPERS.values()}
+    # _WRAPPER_ONLY language models: checked whole by test_multimodal_wrapper_matches_transformers.
+    covered |= {read_config(c).model_type for c in _SMALL_WRAPPERS.values()} & _WRAPPER_ONLY
     covered.add("gemma3")  # the wrapper, exercised through text_config above
     assert set(SUPPORTED_MODEL_TYPES) - {"qwen"} <= covered
 
@@ -547,6 +553,8 @@ _WRAPPER_CLASSES = {
     "qwen3_5": "Qwen3_5ForConditionalGeneration",
     "qwen3_5_moe": "Qwen3_5MoeForConditionalGeneration",
     "mllama": "MllamaForConditionalGeneration",
+    "qwen2_vl": "Qwen2VLForConditionalGeneration",
+    "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration",
 }
 
 
@@ -640,6 +648,40 @@ _SMALL_WRAPPERS["qwen3_5_moe-wrapper"] = _small_wrapper(
     ),
     {"model_type": "qwen3_5_moe_vision", **_QWEN3_5_VISION},
 )  # fmt: skip
+
+# Qwen2.5-VL / Qwen2-VL: the Hub's flat configs (the decoder's keys beside vision_config) and
+# transformers 5's nested ones; tied and untied heads; Qwen2-VL's tower is embed_dim wide and
+# its config's hidden_size is the merger's output.
+_QWEN2_5_VL_VISION = {
+    "depth": 3,
+    "hidden_size": 64,
+    "intermediate_size": 96,
+    "num_heads": 4,
+    "in_channels": 3,
+    "patch_size": 14,
+    "temporal_patch_size": 2,
+    "spatial_merge_size": 2,
+    "window_size": 112,
+    "fullatt_block_indexes": [2],
+    "out_hidden_size": 256,
+}
+_SMALL_WRAPPERS["qwen2_5_vl-flat-tied"] = {
+    **{k: v for k, v in _small("qwen2_5_vl").items()},
+    "tie_word_embeddings": True,
+    "vision_config": {"model_type": "qwen2_5_vl", **_QWEN2_5_VL_VISION},
+}
+_SMALL_WRAPPERS["qwen2_5_vl-nested"] = _small_wrapper(
+    "qwen2_5_vl",
+    _small("qwen2_5_vl_text"),
+    {"model_type": "qwen2_5_vl_vision", **_QWEN2_5_VL_VISION, "spatial_merge_size": 1},
+)
+_SMALL_WRAPPERS["qwen2_vl-flat"] = {
+    **_small("qwen2_vl"),
+    "vision_config": {
+        "depth": 2, "embed_dim": 64, "hidden_size": 256, "mlp_ratio": 3, "num_heads": 4,
+        "in_channels": 3, "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2,
+    },
+}  # fmt: skip
 
 _WRAPPERS = [
     *(

@@ -40,6 +40,7 @@ from service.estimator.model.family_traits import Family
 __all__ = [
     "ARCHITECTURE_CLASSES",
     "FAMILIES",
+    "FLAT_WRAPPER_TYPES",
     "LLAMA",
     "SUPPORTED_MODEL_TYPES",
     "WRAPPER_TEXT_TYPES",
@@ -92,6 +93,11 @@ FAMILIES: Mapping[str, Family] = MappingProxyType(_families())
 #: Outer model_type of a multimodal wrapper -> model_type of its language model, when the
 #: inner config does not name one.
 WRAPPER_TEXT_TYPES: Mapping[str, str] = MappingProxyType(_gather("WRAPPERS"))
+
+#: Wrappers whose config may keep its language model's keys at the top level (no text_config).
+FLAT_WRAPPER_TYPES: frozenset[str] = frozenset(
+    wrapper for module in _MODULES for wrapper in getattr(module, "FLAT_WRAPPERS", ())
+)
 
 #: model_type values (inner model_type for multimodal wrappers) this package can describe.
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted({*FAMILIES, *WRAPPER_TEXT_TYPES}))

@@ -9,6 +9,8 @@ remote code ``QWenLMHeadModel``. Qwen3.5 / Qwen3.6 (``qwen3_5_text``, ``qwen3_5_
 the ``qwen3_5`` / ``qwen3_5_moe`` wrappers) keep Qwen3-Next's layout (gated q, per-head q/k
 norms, Gated DeltaNet on three layers of four) with the DeltaNet's inputs projected one by
 one, and carry ``mtp_num_hidden_layers`` multi-token-prediction layers transformers skips.
+Qwen2-VL / Qwen2.5-VL (``qwen2_vl``, ``qwen2_5_vl``; ``models/qwen2_vl``, ``models/qwen2_5_vl``)
+wrap a Qwen2 decoder with a vision tower.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from service.estimator.model.modeling_traits import (
     SharedExperts,
 )
 
-__all__ = ["ARCHITECTURES", "FAMILIES", "WRAPPERS"]
+__all__ = ["ARCHITECTURES", "FAMILIES", "FLAT_WRAPPERS", "WRAPPERS"]
 
 QWEN2 = Family(
     "qwen2",
@@ -232,9 +234,42 @@ QWEN3_5_MOE = QWEN3_5.derive(
     ),
 )
 
-FAMILIES = (QWEN2, QWEN2_MOE, QWEN3, QWEN3_MOE, QWEN3_NEXT, QWEN, QWEN3_5, QWEN3_5_MOE)
+# Qwen2-VL / Qwen2.5-VL: a Qwen2 decoder (Qwen2VLTextConfig / Qwen2_5_VLTextConfig, whose
+# defaults are Qwen2-72B's) in a wrapper with a vision tower (.qwen2_vl_vision). The Hub's
+# configs keep the decoder's keys at the top level (FLAT_WRAPPERS); transformers 5 saves them
+# in text_config.
+_QWEN2_VL_DEFAULTS = frozen(
+    tie_word_embeddings=False,
+    use_sliding_window=False,
+    sliding_window=4096,
+    max_window_layers=80,
+)
+QWEN2_VL = QWEN2.derive("qwen2_vl", model_type="qwen2_vl_text", defaults=_QWEN2_VL_DEFAULTS)
+QWEN2_5_VL = QWEN2.derive("qwen2_5_vl", model_type="qwen2_5_vl_text", defaults=_QWEN2_VL_DEFAULTS)
 
-WRAPPERS = {"qwen3_5": "qwen3_5_text", "qwen3_5_moe": "qwen3_5_moe_text"}
+FAMILIES = (
+    QWEN2,
+    QWEN2_MOE,
+    QWEN3,
+    QWEN3_MOE,
+    QWEN3_NEXT,
+    QWEN,
+    QWEN3_5,
+    QWEN3_5_MOE,
+    QWEN2_VL,
+    QWEN2_5_VL,
+)
+
+WRAPPERS = {
+    "qwen3_5": "qwen3_5_text",
+    "qwen3_5_moe": "qwen3_5_moe_text",
+    "qwen2_vl": "qwen2_vl_text",
+    "qwen2_5_vl": "qwen2_5_vl_text",
+}
+
+# Wrappers whose config may carry the language model's keys at its top level instead of in
+# text_config (transformers' Qwen2VLConfig / Qwen2_5_VLConfig read them from there).
+FLAT_WRAPPERS = frozenset({"qwen2_vl", "qwen2_5_vl"})
 
 ARCHITECTURES = {
     "Qwen2ForCausalLM": "qwen2",
@@ -247,4 +282,6 @@ ARCHITECTURES = {
     "Qwen3_5ForConditionalGeneration": "qwen3_5",
     "Qwen3_5MoeForCausalLM": "qwen3_5_moe_text",
     "Qwen3_5MoeForConditionalGeneration": "qwen3_5_moe",
+    "Qwen2VLForConditionalGeneration": "qwen2_vl",
+    "Qwen2_5_VLForConditionalGeneration": "qwen2_5_vl",
 }
