@@ -152,7 +152,7 @@ def test_rayjob_runs_the_entrypoint_on_the_gpu_workers() -> None:
 def test_configmaps_mount_with_items_and_subpath() -> None:
     mounts = [
         k8s.V1VolumeMount(name="a", mount_path="/etc/recipes"),
-        k8s.V1VolumeMount(name="b", mount_path="/work/ds.json", sub_path="ds.json"),
+        k8s.V1VolumeMount(name="b", mount_path="/cfg/ds.json", sub_path="ds.json"),
     ]
     command = "llamafactory-cli train /etc/recipes/lora.yaml"
     spec = pod_spec(
@@ -172,7 +172,7 @@ def test_configmaps_mount_with_items_and_subpath() -> None:
     pod = k8s.ApiClient().sanitize_for_serialization(
         k8s.V1Pod(api_version="v1", kind="Pod", metadata=k8s.V1ObjectMeta(name="p"), spec=spec)
     )
-    recipe = "model_name_or_path: Qwen/Qwen3-4B\nfinetuning_type: full\ndeepspeed: /work/ds.json\n"
+    recipe = "model_name_or_path: Qwen/Qwen3-4B\nfinetuning_type: full\ndeepspeed: /cfg/ds.json\n"
     maps = [
         {"kind": "ConfigMap", "metadata": {"name": "recipes"}, "data": {"qwen": recipe}},
         {
