@@ -94,10 +94,7 @@ def run_colocated(
         metrics.observe_estimate("inference", answer.estimate.estimator, work.engine, fits)
     ordered = [tenants[i] for i in range(n)]
     held_total = sum(t.held_bytes for t in ordered)
-    gpu_held = limit * n if limit is not None else held_total
     verdict = judge_colocation(total, [t.held_bytes for t in ordered], [t.fits for t in ordered])
-    if limit is not None and verdict.fits and gpu_held > total:
-        verdict = dataclasses.replace(verdict, fits=False)
     word = "fit" if verdict.fits else "do not fit"
     summary = (
         f"{n} engines on one {gpu.name} ({body.sharing}): they hold {held_total / GB:.1f} GB of "

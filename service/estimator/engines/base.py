@@ -577,3 +577,15 @@ class StageArgs:
     # decoder layer holds.
     offloaded_bytes: int = 0
     offloaded_layer_bytes: int = 0
+
+
+#: ``--trust-remote-code``, which vLLM and SGLang both take: the model repository's own code
+#: runs; no memory effect of its own.
+TRUST_REMOTE_CODE = Option(
+    "trust_remote_code",
+    bool,
+    "Run the model repository's own code.",
+    default=False,
+    flag="--trust-remote-code",
+    role="inert",
+)

@@ -12,7 +12,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from service.estimator.engines import sglang_versions as sv
-from service.estimator.engines.base import EngineContext, Option, OptionValue
+from service.estimator.engines.base import TRUST_REMOTE_CODE, EngineContext, Option, OptionValue
 from service.estimator.engines.vllm_options import DTYPE_OPTION
 from service.estimator.model import Architecture
 from service.estimator.units import MIB
@@ -361,14 +361,7 @@ COMMAND_LINE: tuple[Option, ...] = (
         note="each role is judged on its own GPUs; the transfer backend's buffers are not "
         "separately priced",
     ),
-    Option(
-        "trust_remote_code",
-        bool,
-        "Run the model repository's own code.",
-        default=False,
-        flag="--trust-remote-code",
-        role="inert",
-    ),
+    TRUST_REMOTE_CODE,
 )
 
 DECLARED: tuple[Option, ...] = (*OPTIONS, *COMMAND_LINE)

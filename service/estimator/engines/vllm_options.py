@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from service.estimator.engines.base import EngineContext, Option, OptionValue
+from service.estimator.engines.base import TRUST_REMOTE_CODE, EngineContext, Option, OptionValue
 from service.estimator.engines.mxfp4_storage import BACKENDS
 from service.estimator.engines.vllm_features import KV_CONNECTORS, LORA_DTYPES
 from service.estimator.engines.vllm_parallel import ALL2ALL_BACKENDS, PRICED_ALL2ALL
@@ -599,14 +599,7 @@ COMMAND_LINE: tuple[Option, ...] = (
             (("kv_connector_extra_config", "cpu_bytes_to_use"), "kv_connector_host_bytes", 1),
         ),
     ),
-    Option(
-        "trust_remote_code",
-        bool,
-        "Run the model repository's own code.",
-        default=False,
-        flag="--trust-remote-code",
-        role="inert",
-    ),
+    TRUST_REMOTE_CODE,
 )
 
 DECLARED: tuple[Option, ...] = (*OPTIONS, *COMMAND_LINE)
