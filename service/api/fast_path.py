@@ -9,20 +9,31 @@ estimated and serialized in one step, and anything else goes the usual way (the 
 pool). The policy that decides is :class:`InlinePolicy`, measured rather than predicted:
 
 * **a kind of request** (:func:`cost_class`: the route, the named model, engine, GPU and
-  estimator) runs on the loop only once its last measured cost, in CPU time of the thread that
+  estimator) runs on the loop only once its measured cost, in CPU time of the thread that
   ran it (waiting for the GIL or for a core is not its cost), is at most ``max_inline_s``
-  (1 ms). A kind not yet measured runs on the pool and is measured there; a kind whose inline
-  run took longer goes back to the pool. A posted ``hf_config`` never runs here: every new
-  config is a new architecture whose engine setups are built from nothing (milliseconds).
+  (1 ms). The cost of a kind is the median of its last ``SAMPLES`` (3) measurements, so that
+  one outlier (a young collection of the garbage collector, 3 ms every few thousand requests;
+  a cache filling) does not send the kind to the pool: when the last one decided, 2 % of
+  distinct pre-flight bodies at 32 connections went to the pool after such an outlier and
+  waited there behind the loop's inline work, 30-60 ms, which was the whole of the p99
+  (`make bench`). A kind not yet measured runs on the pool and is measured there; a kind
+  whose runs keep taking longer goes back to the pool after two of them. A posted
+  ``hf_config`` never runs here: every new config is a new architecture whose engine setups
+  are built from nothing (milliseconds).
 * **the loop's turn**: between two polls of the loop's sockets, inline estimates may take
-  at most ``max_turn_s`` (10 ms) together; past it, a request waits for a later turn (the
-  loop polls its sockets first, and the waiting requests go first, in order). A probe or any
-  other request waits for the loop's current turn to end, so this bounds that wait whatever
-  the load (64 connections of 1 ms estimates would otherwise make a 64 ms turn). Waiting,
-  rather than going to the pool, keeps the loop and the pool thread from taking the GIL from
-  each other every switch interval: with 32 connections of 0.3 ms estimates, the requests that
-  went to the pool past the turn's budget made the slowest percent wait 100 ms. At most
-  ``max_waiting`` requests wait at once; past that, the pool (which refuses when full).
+  at most ``max_turn_s`` (10 ms) together; past it, a request waits for a later turn. A probe
+  or any other request waits for the loop's current turn to end, so this bounds that wait
+  whatever the load (64 connections of 1 ms estimates would otherwise make a 64 ms turn).
+  Waiting, rather than going to the pool, keeps the loop and the pool thread from taking the
+  GIL from each other every switch interval: with 32 connections of 0.3 ms estimates, the
+  requests that went to the pool past the turn's budget made the slowest percent wait 100 ms.
+* **first come, first served**: the waiting requests form one queue. Each new turn wakes
+  them from its head, as many as the turn's budget holds by their kinds' costs (at least
+  one), and a request that arrives while any wait queues behind them, even when the turn has
+  room. When waiters polled for room instead, a new turn went to whoever the loop ran first,
+  often the newest, and some waited several turns: at 32 connections of distinct bodies the
+  p99 was twice the median (33 ms against 15 ms, `make bench`). At most ``max_waiting``
+  requests wait at once; past that, the pool (which refuses when full).
 
 A request the loop would answer with an error (a body that does not validate, an estimate that
 raises) is handed to the route with its body, which answers it as always: errors have one
@@ -33,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import Hashable
 from typing import Any
 
@@ -55,6 +67,8 @@ BODIES: dict[str, type[EstimateBody]] = {
 # Larger bodies are posted configs or worse: never answered on the loop.
 MAX_INLINE_BODY = 16_384
 _HEADERS = [(b"content-type", b"application/json")]
+# Measurements of a kind whose median is its cost.
+SAMPLES = 3
 
 
 def cost_class(path: str, body: EstimateBody) -> Hashable | None:
@@ -92,40 +106,93 @@ class InlinePolicy:
         self.max_inline_s = max_inline_s
         self.max_turn_s = max_turn_s
         self.max_waiting = max_waiting
-        self.waiting = 0  # requests waiting for a turn
-        self.costs: cachetools.LRUCache[Hashable, float] = cachetools.LRUCache(classes)
+        # the requests waiting for a turn, first come first: the future that wakes each (its
+        # result: the turn's budget reserved for it) and its kind's cost
+        self.queue: deque[tuple[asyncio.Future[float], float]] = deque()
+        self.reserved_s = 0.0  # budget of the current turn held for woken, not yet run waiters
+        # kind -> its last SAMPLES measurements (thread CPU seconds), oldest first
+        self.samples: cachetools.LRUCache[Hashable, tuple[float, ...]] = cachetools.LRUCache(
+            classes
+        )
         self.turn_s = 0.0  # inline time in the loop's current turn
         self.turn_open = False
 
+    def cost(self, key: Hashable | None) -> float | None:
+        """The cost of a kind: the median of its last measurements (of two, the lower), None
+        while it has not been measured."""
+        samples = self.samples.get(key) if key is not None else None
+        if not samples:
+            return None
+        return sorted(samples)[(len(samples) - 1) // 2]
+
     def cheap(self, key: Hashable | None) -> bool:
-        """Whether estimates of this kind run on the loop (their last cost was low)."""
-        cost = self.costs.get(key) if key is not None else None
+        """Whether estimates of this kind run on the loop (their cost is low)."""
+        cost = self.cost(key)
         return cost is not None and cost <= self.max_inline_s
+
+    @property
+    def waiting(self) -> int:
+        """Requests waiting for a turn."""
+        return len(self.queue)
 
     def has_turn(self) -> bool:
         """Whether the loop's current turn has room for another inline estimate."""
-        return self.turn_s < self.max_turn_s
+        return self.turn_s + self.reserved_s < self.max_turn_s
 
     def inline(self, key: Hashable | None) -> bool:
-        """Whether an estimate of this kind runs on the loop now."""
-        return self.cheap(key) and self.has_turn()
+        """Whether an estimate of this kind runs on the loop now: cheap, nobody waiting
+        before it, room in the turn."""
+        return self.cheap(key) and not self.queue and self.has_turn()
 
-    def spent(self, seconds: float, loop: asyncio.AbstractEventLoop) -> None:
-        """Loop time an inline estimate took, counted until the loop polls its sockets again
-        (a callback scheduled now runs after that poll)."""
+    def may_wait(self, key: Hashable | None) -> bool:
+        """Whether an estimate of this kind that cannot run now waits for a turn (rather than
+        going to the pool)."""
+        return self.cheap(key) and len(self.queue) < self.max_waiting
+
+    async def wait_turn(self, key: Hashable | None) -> float:
+        """Wait in the queue until a turn wakes this request; returns the budget reserved for
+        it, given back with :meth:`spent`."""
+        loop = asyncio.get_running_loop()
+        woken: asyncio.Future[float] = loop.create_future()
+        self.queue.append((woken, self.cost(key) or self.max_inline_s))
+        self._end_turn_after_poll(loop)
+        try:
+            return await woken
+        except asyncio.CancelledError:  # the request was cancelled while it waited
+            if woken.done() and not woken.cancelled():
+                self.reserved_s -= woken.result()  # woken, never ran: its budget goes back
+                self._end_turn_after_poll(loop)
+            raise
+
+    def spent(
+        self, seconds: float, loop: asyncio.AbstractEventLoop, reserved_s: float = 0.0
+    ) -> None:
+        """Loop time an inline estimate took (and the budget reserved for it, when it had
+        waited), counted until the loop polls its sockets again."""
+        self.reserved_s -= reserved_s
         self.turn_s += seconds
+        self._end_turn_after_poll(loop)
+
+    def _end_turn_after_poll(self, loop: asyncio.AbstractEventLoop) -> None:
+        # A callback scheduled now runs after the loop's next poll of its sockets.
         if not self.turn_open:
             self.turn_open = True
             loop.call_soon(self._new_turn)
 
     def _new_turn(self) -> None:
         self.turn_s, self.turn_open = 0.0, False
+        while self.queue and (self.reserved_s == 0 or self.has_turn()):
+            woken, cost = self.queue.popleft()
+            if woken.done():  # cancelled while it waited
+                continue
+            woken.set_result(cost)
+            self.reserved_s += cost
 
     def observe(self, key: Hashable | None, seconds: float) -> None:
         """The measured cost (thread CPU seconds) of one estimate of this kind, on the loop
         or the pool."""
         if key is not None:
-            self.costs[key] = seconds
+            self.samples[key] = (*self.samples.get(key, ())[1 - SAMPLES :], seconds)
 
 
 class EstimateFastPath:
@@ -159,19 +226,13 @@ class EstimateFastPath:
             except Exception:  # the route answers it, with its 422
                 body = None
         key = cost_class(path, body) if body is not None else None
-        if (
-            body is not None
-            and policy.cheap(key)
-            and not policy.has_turn()
-            and policy.waiting < policy.max_waiting
-        ):
-            policy.waiting += 1
-            try:
-                while not policy.has_turn():
-                    await asyncio.sleep(0)  # a later turn, after the loop polled its sockets
-            finally:
-                policy.waiting -= 1
-        if body is None or not policy.inline(key) or path not in self.routes:
+        reserved_s: float | None = None
+        if body is not None and path in self.routes and not policy.inline(key):
+            if policy.may_wait(key):
+                reserved_s = await policy.wait_turn(key)
+        elif body is not None and path in self.routes:
+            reserved_s = 0.0
+        if body is None or reserved_s is None:
             await self.app(scope, _replaying(first, receive), send)
             if scope.get("route") is not None:
                 self.routes[path] = scope["route"]
@@ -181,7 +242,7 @@ class EstimateFastPath:
             content, observation = estimate_bytes(body, BODIES[path], state)
         except Exception:
             content = None  # the route computes it again and answers with its problem
-        policy.spent(time.perf_counter() - started, asyncio.get_running_loop())
+        policy.spent(time.perf_counter() - started, asyncio.get_running_loop(), reserved_s)
         policy.observe(key, time.thread_time() - cpu)
         if content is None:
             await self.app(scope, _replaying(first, receive), send)

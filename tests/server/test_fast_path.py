@@ -72,7 +72,8 @@ def test_a_kind_measured_cheap_runs_on_the_loop_with_the_same_answer(
     assert first.status_code == 200
     assert pool_runs.count == 1  # not measured yet: the pool, which measures it
     key = cost_class("/v1/estimate/inference", InferenceRequestBody.model_validate(LLAMA))
-    assert 0 < policy.costs[key] < policy.max_inline_s
+    cost = policy.cost(key)
+    assert cost is not None and 0 < cost < policy.max_inline_s
     runs = pool_runs.count
     answers = [_post(inline_client, {**LLAMA, "sequence_length": 5000 + i}) for i in range(5)]
     assert pool_runs.count == runs  # all five on the loop
@@ -219,3 +220,17 @@ def test_past_its_turn_a_cheap_request_waits_for_the_next_one(
     policy.max_waiting = 0
     assert request(6101) == 200
     assert pool_runs.count == runs + 1  # no room to wait: the pool
+
+
+def test_one_slow_measurement_does_not_move_a_kind_but_two_do() -> None:
+    policy = InlinePolicy(max_inline_s=0.001)
+    policy.observe("kind", 0.0004)
+    policy.observe("kind", 0.0004)
+    policy.observe("kind", 0.003)  # a collection ran during this one
+    assert policy.inline("kind")
+    policy.observe("kind", 0.0004)
+    policy.observe("kind", 0.003)
+    policy.observe("kind", 0.003)  # the kind itself became costly: two of the last three
+    assert not policy.inline("kind")
+    policy.observe("other", 0.003)  # a first measurement decides alone
+    assert not policy.inline("other")

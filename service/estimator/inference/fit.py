@@ -170,6 +170,17 @@ def min_gpu_count(req: InferenceRequest) -> MinLayout:
     return cached("min_gpu_count", key, lambda: search_min_gpu_count(req))
 
 
+def _one_gpu_holds_it(req: InferenceRequest, judged: Judged) -> MinLayout | None:
+    """The answer of :func:`min_gpu_count` when the request's own layout is one GPU (per
+    data-parallel rank) and fits: TP 1 is the search's first try, and that verdict is the one
+    just judged (same setup, same memory), so the search would return it at once. Asking the
+    memo instead cost a pre-flight of one GPU a third of its estimate (the key's measure,
+    the search's set-up), for the most common answer there is."""
+    if (judged.layout.tensor, judged.layout.pipeline) != (1, 1) or not judged.verdict.fits:
+        return None
+    return MinLayout(1, Layout(1), _tp_reason(operator_layouts(req), 1, req.engine, ""))
+
+
 def expert_parallel_size(req: InferenceRequest, tp: int, pp: int) -> int:
     """The ranks the routed experts are divided among, as the engine lays them out (vLLM: TP ×
     DP under --enable-expert-parallel; SGLang: its ep_size); 1 without expert parallelism."""
@@ -506,7 +517,7 @@ def fit_inference(req: InferenceRequest, gpu_label: str, gpu_count: int | None) 
     max_seq = None
     if max_batch is not None:
         max_seq = largest_fitting(lambda s: fits_at(req.batch_size, s), s_hi)
-    minimum = _with_data_parallel(req, min_gpu_count(req))
+    minimum = _with_data_parallel(req, _one_gpu_holds_it(req, judged) or min_gpu_count(req))
     min_layout = minimum.layout
     if minimum.note:
         notes.append(minimum.note)

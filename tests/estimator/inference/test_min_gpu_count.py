@@ -170,3 +170,19 @@ def test_no_fit_is_null_and_says_how_far_it_looked() -> None:
     assert fit.min_gpu_count is None
     assert fit.min_gpu_layout_reason is None
     assert any("no layout operators run fits" in a for a in fit.assumptions)
+
+
+@pytest.mark.parametrize(("model", "gpu", "engine", "seq", "batch"), CASES)
+def test_a_request_that_fits_one_gpu_is_answered_as_the_search_answers(
+    model: str, gpu: str | None, engine: str, seq: int, batch: int
+) -> None:
+    """fit_inference does not search when the request's own layout is one GPU and fits: its
+    answer, layout and reason are the search's, whichever way it went."""
+    from service.estimator.inference.fit import search_min_gpu_count
+
+    req = _request(model, gpu, engine, seq, batch)
+    fit = fit_inference(req, gpu or "5 GB", None)
+    searched = search_min_gpu_count(resolved(req))
+    assert fit.min_gpu_count == searched.count
+    assert fit.min_gpu_layout == searched.layout
+    assert fit.min_gpu_layout_reason == searched.reason
