@@ -133,8 +133,9 @@ class Settings(BaseSettings):
         1.0,
         ge=0,
         le=50,
-        description="An estimate of a kind last measured at most this long (ms) runs on the "
-        "event loop instead of the pool (no thread hop), within half of the loop's time; 0 "
+        description="An estimate of a kind whose cost (the median CPU time of its last three "
+        "runs, ms) is at most this runs on the event loop instead of the pool (no thread hop), "
+        "at most 10 ms of such work between two polls of the loop; 0 "
         "runs every estimate on the pool.",
     )
     admission_deadline_s: float = Field(
