@@ -135,7 +135,7 @@ class Settings(BaseSettings):
         le=50,
         description="An estimate of a kind whose cost (the median CPU time of its last three "
         "runs, ms) is at most this runs on the event loop instead of the pool (no thread hop), "
-        "at most 10 ms of such work between two polls of the loop; 0 "
+        "at most 2 ms of such work between two polls of the loop; 0 "
         "runs every estimate on the pool.",
     )
     admission_deadline_s: float = Field(
