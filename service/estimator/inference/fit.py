@@ -178,7 +178,7 @@ def _one_gpu_holds_it(req: InferenceRequest, judged: Judged) -> MinLayout | None
     the search's set-up), for the most common answer there is."""
     if (judged.layout.tensor, judged.layout.pipeline) != (1, 1) or not judged.verdict.fits:
         return None
-    return MinLayout(1, Layout(1), _tp_reason(operator_layouts(req), 1, req.engine, ""))
+    return MinLayout(1, Layout(1), ONE_GPU_REASON)
 
 
 def expert_parallel_size(req: InferenceRequest, tp: int, pp: int) -> int:
@@ -262,9 +262,12 @@ def search_min_gpu_count(req: InferenceRequest) -> MinLayout:
     return MinLayout(top * pp, Layout(top, pp), _pp_reason(form, top, pp, engine, last))
 
 
+ONE_GPU_REASON = "TP 1: one GPU holds the model and the workload"
+
+
 def _tp_reason(form: OperatorLayouts, tp: int, engine: str, smaller: str) -> str:
     if tp == 1:
-        return "TP 1: one GPU holds the model and the workload"
+        return ONE_GPU_REASON
     return (
         f"TP {tp} inside one node: the smallest tensor-parallel size that fits, of those "
         f"{engine} runs this model at within a node of {form.node} GPUs "
