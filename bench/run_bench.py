@@ -361,7 +361,8 @@ def render(data: dict[str, Any]) -> str:
         "## Bench (`make bench`)",
         "",
         f"Run {data['when']} on {data['machine']}; load average before {data['load_before']}, "
-        f"after {data['load_after']}. wrk {data['wrk_version']}, one wrk thread, "
+        f"after {data['load_after']}; {data.get('priority', 'normal priority')}. "
+        f"wrk {data['wrk_version']}, one wrk thread, "
         f"{data['duration_s']} s per point, service and baseline alternating. Request: "
         f"`POST {INFERENCE_PATH}` `{json.dumps(harness.PREFLIGHT)}` "
         f"({data['request_bytes']} B in, {data['response_bytes']} B out). The baseline is a bare "
@@ -493,6 +494,7 @@ def main() -> int:
         "when": dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
         "machine": f"{_cpu_model()}",
         "load_before": harness.load_average(),
+        "priority": harness.raise_priority(),
         "duration_s": args.duration,
         "wrk_version": _wrk_version(),
     }
