@@ -234,3 +234,35 @@ def test_one_slow_measurement_does_not_move_a_kind_but_two_do() -> None:
     assert not policy.inline("kind")
     policy.observe("other", 0.003)  # a first measurement decides alone
     assert not policy.inline("other")
+
+
+def test_waiting_requests_are_served_first_come_first_served() -> None:
+    """Requests that wait for a turn run in the order they came, and one that comes while
+    others wait goes after them even when the turn has room."""
+    policy = InlinePolicy(max_inline_s=0.001, max_turn_s=0.002)
+    policy.observe("kind", 0.0008)
+    order: list[int] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+
+        async def request(i: int) -> None:
+            reserved = 0.0
+            if not policy.inline("kind"):
+                assert policy.may_wait("kind")
+                reserved = await policy.wait_turn("kind")
+            order.append(i)
+            policy.spent(0.0008, loop, reserved)
+
+        first = [asyncio.create_task(request(i)) for i in range(5)]
+        policy.spent(0.01, loop)  # the current turn is spent before they run: all wait
+        await asyncio.sleep(0)  # all five queued, then a new turn woke the head of the queue
+        assert order == []
+        assert policy.waiting == 2  # the 2 ms turn holds three of 0.8 ms (the last one over)
+        policy.max_turn_s = 1.0  # the turn has room now, but two wait:
+        late = asyncio.create_task(request(5))  # the newcomer goes after them
+        await asyncio.gather(*first, late)
+
+    asyncio.run(main())
+    assert order == [0, 1, 2, 3, 4, 5]
+    assert policy.waiting == 0 and abs(policy.reserved_s) < 1e-12
