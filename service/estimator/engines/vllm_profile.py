@@ -27,7 +27,9 @@ A multimodal model (V1) first runs its encoder on dummy images and keeps the pix
 the encoder outputs through both moments: ``items = max(1, min(budget // tokens_per_item,
 max_num_seqs × max(1, min(limit_per_prompt, max_model_len // tokens_per_item))))`` images at
 the tower's image size (``MultiModalBudget.get_max_items``; ``budget = max(T, tokens_per_item)``;
-v0.8.5 rounds up), pixels in fp32 as the image processor returns them, outputs
+v0.8.5 rounds up), pixels in fp32 as the image processor returns them (a Conv3d tower's
+processor repeats a still image over its ``temporal_patch_size`` frames:
+``VisionSpec.pixel_values_per_image``), outputs
 ``tokens_per_item × H`` each in the model dtype — expanded to ``budget`` rows each in
 v0.11.0 - v0.11.2 (``new_zeros(encoder_budget, hidden)``).
 """
@@ -276,7 +278,7 @@ def profile_peak(
         assert v is not None
         # The pixel values sit in the model input through the sampler; the encoder outputs
         # are merged into the input embeddings inside the forward and die with it.
-        pixels = v0_images * v.num_channels * v.image_size**2 * 4
+        pixels = v0_images * v.pixel_values_per_image * 4
         outputs = v0_images * v.tokens_per_image * v.projector_out * c.dtype_bytes
         held += pixels
         forward += outputs
@@ -295,7 +297,7 @@ def profile_peak(
             items = max(1, min(-(-budget // tok), max_num_seqs * per_prompt))
         else:
             items = encoder_items(tok, t, max_num_seqs, max_model_len, limit)
-        pixels = items * v.num_channels * v.image_size**2 * 4
+        pixels = items * v.pixel_values_per_image * 4
         out_rows = budget if line.encoder_output_spans_budget else tok
         outputs = items * out_rows * v.projector_out * c.dtype_bytes
         held += pixels + outputs

@@ -275,6 +275,15 @@ class VisionSpec:
     def num_patches(self) -> int:
         return (self.image_size // self.patch_size) ** 2
 
+    @property
+    def pixel_values_per_image(self) -> int:
+        """Values the image processor returns for one image of ``image_size``: every pixel of
+        every channel, repeated over the ``temporal_patch`` frames one Conv3d patch spans
+        (Qwen2-VL's processor copies a still image that many times before it flattens the
+        patches: transformers ``models/qwen2_vl/image_processing_qwen2_vl.py``, the
+        ``expand`` over ``temporal_patch_size``)."""
+        return self.num_channels * self.temporal_patch * self.image_size**2
+
 
 @dataclass(frozen=True)
 class AudioSpec:
