@@ -326,14 +326,16 @@ class Architecture:
     @cached_property
     def vision_modules(self) -> tuple[LinearModule, ...]:
         """The vision tower's linear projections (empty without one)."""
-        from service.estimator.model.vision import audio_modules, vision_modules
+        from service.estimator.model.audio import audio_modules
+        from service.estimator.model.vision import vision_modules
 
         return (*vision_modules(self.vision), *audio_modules(self.audio))
 
     @cached_property
     def vision_parameter_groups(self) -> tuple[ParameterGroup, ...]:
         """The vision tower's other tensors and the projector (empty without one)."""
-        from service.estimator.model.vision import audio_parameter_groups, vision_parameter_groups
+        from service.estimator.model.audio import audio_parameter_groups
+        from service.estimator.model.vision import vision_parameter_groups
 
         return (*vision_parameter_groups(self.vision), *audio_parameter_groups(self.audio))
 

@@ -17,6 +17,7 @@ from typing import Any
 from service.estimator.errors import InvalidConfig
 from service.estimator.model import layer_layout, mixers
 from service.estimator.model.architecture import Architecture
+from service.estimator.model.audio import attach_audio
 from service.estimator.model.config_reader import (
     Bounds,
     ConfigReader,
@@ -51,7 +52,7 @@ from service.estimator.model.shapes import (
     SLIDING_ATTENTION,
     MlaSpec,
 )
-from service.estimator.model.vision import attach_audio, attach_vision
+from service.estimator.model.vision import attach_vision
 from service.estimator.units import checkpoint_dtype
 
 __all__ = ["read_config"]
