@@ -26,9 +26,9 @@ def test_issue_26_names_resolve_or_say_why(outcomes: list[m.Outcome]) -> None:
         named = {r["name"].lower() for r in csv.DictReader(f) if r["note"].startswith("issue 26")}
     issue = [o for o in outcomes if o.name.lower() in named]
     assert len(issue) == len(named) == 13
-    # MiniCPM and Qwen2.5-VL need their families' catalog records first: they must still say
+    # Qwen2.5-VL needs its family's catalog records first: it must still say
     # why they do not resolve, and resolve once those records exist.
-    pending = {"openbmb/MiniCPM4-8B", "Qwen/Qwen2.5-VL-72B-Instruct"}
+    pending = {"Qwen/Qwen2.5-VL-72B-Instruct"}
     for o in issue:
         if o.name in pending and o.after not in RESOLVED:
             assert o.detail, o.name
