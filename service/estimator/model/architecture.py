@@ -192,6 +192,16 @@ class Architecture:
         return self.embedding_size or self.hidden_size
 
     @property
+    def vllm_runs_mla(self) -> bool:
+        """vLLM runs the latent attention as MLA, caching the latent (not MiniCPM3)."""
+        return self.mla is not None and self.family.modeling.vllm_mla
+
+    @property
+    def llamacpp_caches_latent(self) -> bool:
+        """llama.cpp caches latent attention's latent (not MiniCPM3)."""
+        return self.mla is not None and self.family.llamacpp.mla_latent
+
+    @property
     def rope_dim(self) -> int:
         """Width of the rotary part of a query/key head."""
         return self.mla.qk_rope_head_dim if self.mla is not None else self.head_dim

@@ -106,3 +106,85 @@ def test_minicpm4_8b_has_llamas_tensors() -> None:
     with torch.device("meta"):
         model = transformers.LlamaForCausalLM(config)
     assert count_parameters(arch).total == sum(p.numel() for p in model.parameters())
+
+
+MINICPM3_4B = "openbmb/MiniCPM3-4B"
+
+
+def test_minicpm3_4b_counts_its_latent_attention() -> None:
+    """MiniCPM3Attention: q_a_proj, q_a_layernorm, q_b_proj (40 heads x 96), kv_a_proj_with_mqa
+    (256 + 32), kv_a_layernorm, kv_b_proj (40 x (64 + 64)), o_proj (40 x 64); a SwiGLU MLP;
+    the head tied."""
+    h, heads, q_rank, kv_rank, nope, rope, v = 2560, 40, 768, 256, 64, 32, 64
+    attention = (
+        h * q_rank + q_rank + q_rank * heads * (nope + rope)
+        + h * (kv_rank + rope) + kv_rank + kv_rank * heads * (nope + v) + heads * v * h
+    )  # fmt: skip
+    per_layer = attention + 3 * h * 6400 + 2 * h
+    expected = 73448 * h + 62 * per_layer + h
+    assert expected == 4_073_875_968
+    assert count_parameters(catalog_architecture(MINICPM3_4B)).total == expected
+    assert abs(expected - 4e9) <= 0.5e9  # the model card's "4B"
+
+
+@pytest.mark.parametrize(
+    ("engine", "tp", "per_token"),
+    [
+        # SGLang's MLA pool and transformers 5: the latent (256 + 32) on every layer.
+        ("sglang", 1, (256 + 32) * 2 * 62),
+        ("sglang", 2, (256 + 32) * 2 * 62),
+        ("transformers", 1, (256 + 32) * 2 * 62),
+        # vLLM's standard Attention: K and V of 96 wide heads (V padded), split by TP.
+        ("vllm", 1, 2 * 40 * 96 * 2 * 62),
+        ("vllm", 2, 2 * 20 * 96 * 2 * 62),
+    ],
+)
+def test_minicpm3_kv_bytes_per_token_per_engine(engine: str, tp: int, per_token: int) -> None:
+    req = InferenceRequest(
+        architecture=catalog_architecture(MINICPM3_4B),
+        engine=engine,
+        sequence_length=4096,
+        tensor_parallel_size=tp,
+        gpu_memory_bytes=80 * 2**30,
+    )
+    stage = setup_for(req).stages[-1]
+    assert stage.kv.layer_token_bytes * stage.kv.layers == per_token
+
+
+def test_minicpm3_llamacpp_caches_expanded_heads() -> None:
+    """src/models/minicpm3.cpp: K of 96 and V of 64 per head (f16), 40 heads, per cell."""
+    from service.estimator.engines import get_engine
+    from service.estimator.engines.llamacpp import LlamaCppEngine
+
+    engine = get_engine("llama.cpp")
+    assert isinstance(engine, LlamaCppEngine)
+    req = InferenceRequest(
+        architecture=catalog_architecture(MINICPM3_4B),
+        engine="llama.cpp",
+        sequence_length=4096,
+        gpu_memory_bytes=80 * 2**30,
+    )
+    s = setup_for(req).settings
+    _, cells, _ = engine.cells(s)
+    assert (
+        engine.layer_kv_bytes(catalog_architecture(MINICPM3_4B), s, 0) == cells * 40 * (96 + 64) * 2
+    )
+
+
+def test_minicpm3_v_head_dim_defaults_to_the_head_size_and_says_so() -> None:
+    cfg = {
+        "model_type": "minicpm3",
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "vocab_size": 1000,
+        "q_lora_rank": 64,
+        "kv_lora_rank": 32,
+        "qk_nope_head_dim": 16,
+        "qk_rope_head_dim": 8,
+    }
+    arch = read_config(cfg)
+    assert arch.mla is not None and arch.mla.v_head_dim == 256 // 4
+    assert any(a.startswith("v_head_dim not in config") for a in arch.assumptions)
+    assert read_config({**cfg, "v_head_dim": 32}).mla.v_head_dim == 32  # type: ignore[union-attr]
