@@ -87,6 +87,7 @@ _MODELS: dict[str, str] = {
     "Qwen/Qwen2.5-3B-Instruct": "Qwen/Qwen2.5-3B-Instruct",
     "Qwen2.5-72B GPTQ-Int4 (local)": "Qwen/Qwen2.5-72B-Instruct-GPTQ-Int4",
     "Qwen/QwQ-32B": "Qwen/QwQ-32B",
+    "Qwen3-14B (Qwen3ForCausalLM)": "Qwen/Qwen3-14B",
 }
 _UNRESOLVED_MODELS: dict[str, str] = {
     "deepseek-ai/DeepSeek-V4-Pro": "DeepSeek-V4-Pro is not in the model catalog",

@@ -7,8 +7,10 @@ Per layer and token, one GPU holds:
   replicates a head on every rank once TP exceeds the head count (vLLM's QKVParallelLinear).
 - MLA: the compressed latent ``kv_lora_rank + qk_rope_head_dim``, one copy per rank, not split
   by TP (vLLM's MLAAttentionSpec; SGLang; transformers 5 caches the same latent, as the
-  reference tracer shows). ``latent_mla=False`` gives the decompressed layout older
-  implementations cached: ``heads × (qk_head_dim + v_head_dim)``.
+  reference tracer shows), unless the engine runs the family's latent attention as standard
+  attention over its heads (:class:`MlaCache`): ``heads × (qk_head_dim + v_head_dim)``, split
+  by TP (llama.cpp's ``src/models/minicpm3.cpp``), or ``heads × 2 × qk_head_dim`` where the
+  value is padded to the key's width (vLLM's ``minicpm3.py``).
 
 How many tokens a layer holds:
 
@@ -39,6 +41,7 @@ How many tokens a layer holds:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from functools import lru_cache
 
 from service.estimator.model import FULL_ATTENTION, SLIDING_ATTENTION, Architecture
@@ -48,6 +51,7 @@ from service.estimator.units import bytes_per_element
 
 __all__ = [
     "KvLayout",
+    "MlaCache",
     "indexer_key_bytes",
     "kv_heads_per_gpu",
     "per_layer_token_bytes",
@@ -60,21 +64,31 @@ def kv_heads_per_gpu(arch: Architecture, tp: int) -> int:
     return max(1, arch.num_kv_heads // tp)
 
 
+class MlaCache(StrEnum):
+    """What an engine caches per token and layer for latent attention (module docstring)."""
+
+    LATENT = "latent"  # kv_lora_rank + qk_rope_head_dim, one copy per rank
+    HEADS = "heads"  # K (qk_head_dim) and V (v_head_dim) of every head, split by TP
+    HEADS_PADDED_V = "heads_padded_v"  # as HEADS with V padded to qk_head_dim
+
+
 def per_layer_token_bytes(
     arch: Architecture,
     dtype_bytes: float,
     tp: int = 1,
     *,
-    latent_mla: bool = True,
+    mla_cache: MlaCache = MlaCache.LATENT,
     layer_type: str | None = None,
 ) -> int:
     """KV bytes one token costs in one attention layer (of ``layer_type``, where the
     full-attention layers have a geometry of their own) on one GPU."""
     if arch.mla is not None:
-        if latent_mla:
-            return int(arch.mla.latent_width * dtype_bytes)
+        m = arch.mla
+        if mla_cache is MlaCache.LATENT:
+            return int(m.latent_width * dtype_bytes)
         heads = max(1, arch.num_attention_heads // tp)
-        return int(heads * (arch.mla.qk_head_dim + arch.mla.v_head_dim) * dtype_bytes)
+        v = m.qk_head_dim if mla_cache is MlaCache.HEADS_PADDED_V else m.v_head_dim
+        return int(heads * (m.qk_head_dim + v) * dtype_bytes)
     g = arch.global_attention
     if g is not None and layer_type == FULL_ATTENTION:
         # Gemma 4's full layers: their own head size and KV heads; with attention_k_eq_v the
@@ -105,7 +119,7 @@ class KvLayout:
     full_layers: int  # full-attention layers on the stage
     sliding_layers: int  # sliding-window layers on the stage
     window: int | None
-    latent: bool  # MLA latent cache (vLLM, SGLang, transformers 5)
+    latent: bool  # MLA latent cache (MlaCache.LATENT)
     chunked_layers: int = 0  # chunked-attention layers on the stage
     chunk: int | None = None  # attention_chunk_size
     linear_layers: int = 0  # linear-attention layers on the stage (per-sequence state)
@@ -185,14 +199,14 @@ class KvLayout:
 
 @lru_cache(maxsize=1024)
 def stage_kv_layouts(
-    arch: Architecture, dtype_bytes: float, tp: int, pp: int, latent_mla: bool
+    arch: Architecture, dtype_bytes: float, tp: int, pp: int, mla_cache: MlaCache
 ) -> tuple[KvLayout, ...]:
     """The KV layout of every pipeline stage, first to last."""
     ltb = per_layer_token_bytes(
-        arch, dtype_bytes, tp, latent_mla=latent_mla, layer_type=FULL_ATTENTION
+        arch, dtype_bytes, tp, mla_cache=mla_cache, layer_type=FULL_ATTENTION
     )
     sliding_ltb = per_layer_token_bytes(
-        arch, dtype_bytes, tp, latent_mla=latent_mla, layer_type=SLIDING_ATTENTION
+        arch, dtype_bytes, tp, mla_cache=mla_cache, layer_type=SLIDING_ATTENTION
     )
     shared = frozenset(arch.kv_shared_layers)
     indexer_layers = arch.indexer.layers if arch.indexer is not None else ()
@@ -218,7 +232,7 @@ def stage_kv_layouts(
                 full_layers=len(types) - sliding - chunked - linear,
                 sliding_layers=sliding,
                 window=arch.sliding_window if sliding else None,
-                latent=arch.mla is not None and latent_mla,
+                latent=arch.mla is not None and mla_cache is MlaCache.LATENT,
                 chunked_layers=chunked,
                 chunk=arch.attention_chunk_size if chunked else None,
                 linear_layers=linear,

@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from service.estimator.errors import InvalidRequest
-from service.estimator.kv_cache import stage_kv_layouts
+from service.estimator.kv_cache import MlaCache, stage_kv_layouts
 from service.estimator.model import Architecture
 from service.estimator.units import GIB, bytes_per_element, cdiv
 from service.estimator.weights import Placement, WeightLayout, weight_layout
@@ -162,7 +162,7 @@ def draft_cost(
             # EAGLE heads read the target's embedding (and EAGLE-1 its lm_head).
             weights -= layout.by_component.get("embeddings", 0) // dtp
             shared = "; the embedding is the target's"
-        kv = stage_kv_layouts(spec.draft, kv_bytes, dtp, 1, True)[0].full_token_bytes
+        kv = stage_kv_layouts(spec.draft, kv_bytes, dtp, 1, MlaCache.LATENT)[0].full_token_bytes
         return DraftCost(
             weights,
             kv,
@@ -182,7 +182,7 @@ def draft_cost(
     extra = int(_FC_INPUTS[method] * h * h * size)
     if method == "eagle3":
         extra += int(cdiv(EAGLE3_DRAFT_VOCAB, tp) * h * size)
-    kv = stage_kv_layouts(target, kv_bytes, tp, 1, True)[0].layer_token_bytes
+    kv = stage_kv_layouts(target, kv_bytes, tp, 1, MlaCache.LATENT)[0].layer_token_bytes
     what = {
         "eagle": "one decoder layer of the target plus its 2h→h fc",
         "eagle3": f"one decoder layer of the target, its 3h→h fc and a {EAGLE3_DRAFT_VOCAB}-"

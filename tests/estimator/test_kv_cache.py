@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from service.estimator.kv_cache import per_layer_token_bytes, stage_kv_layouts
+from service.estimator.kv_cache import MlaCache, per_layer_token_bytes, stage_kv_layouts
 from service.estimator.model import read_config
 from tests.estimator.conftest import LLAMA_8B, catalog_architecture
 
@@ -55,12 +55,13 @@ def test_mla_latent_not_split_by_tp() -> None:
     a = read_config(MLA)
     assert per_layer_token_bytes(a, 2, tp=4) == (512 + 64) * 2
     # transformers caches decompressed K (16 × 192) and V (16 × 128)
-    assert per_layer_token_bytes(a, 2, latent_mla=False) == 16 * (192 + 128) * 2
+    assert per_layer_token_bytes(a, 2, mla_cache=MlaCache.HEADS) == 16 * (192 + 128) * 2
+    assert per_layer_token_bytes(a, 2, mla_cache=MlaCache.HEADS_PADDED_V) == 16 * (192 + 192) * 2
 
 
 def test_transformers_sliding_cache() -> None:
     a = read_config(GEMMA3)
-    (stage,) = stage_kv_layouts(a, 2, 1, 1, False)
+    (stage,) = stage_kv_layouts(a, 2, 1, 1, MlaCache.HEADS)
     per = 2 * 16 * 128 * 2
     assert stage.prefill_bytes(4096) == 62 * 4096 * per
     assert stage.decode_bytes(4096) == (10 * 4096 + 52 * 1024) * per

@@ -21,18 +21,13 @@ def test_no_name_the_exact_routes_resolved_is_lost(outcomes: list[m.Outcome]) ->
     assert all(o.after in RESOLVED for o in outcomes if o.before)
 
 
-def test_issue_26_names_resolve_or_say_why(outcomes: list[m.Outcome]) -> None:
+def test_issue_26_names_all_resolve(outcomes: list[m.Outcome]) -> None:
     with m.GATHERED.open() as f:
         named = {r["name"].lower() for r in csv.DictReader(f) if r["note"].startswith("issue 26")}
     issue = [o for o in outcomes if o.name.lower() in named]
     assert len(issue) == len(named) == 13
-    # MiniCPM and Qwen2.5-VL need their families' catalog records first: they must still say
-    # why they do not resolve, and resolve once those records exist.
-    pending = {"openbmb/MiniCPM4-8B", "Qwen/Qwen2.5-VL-72B-Instruct"}
+    # MiniCPM and Qwen2.5-VL resolve since their families' catalog records exist.
     for o in issue:
-        if o.name in pending and o.after not in RESOLVED:
-            assert o.detail, o.name
-            continue
         assert o.after in RESOLVED, (o.name, o.detail)
         assert o.resolved_to
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from service.estimator.engines.overhead import OverheadTerms, framework_overhead
 from service.estimator.errors import InvalidRequest
+from service.estimator.kv_cache import MlaCache
 from service.estimator.memo import memoized
 from service.estimator.parallel import ExpertLayout
 from service.estimator.units import GIB, normalize_dtype
@@ -454,6 +455,11 @@ class Engine:
         return []
 
     # ---- setup ----------------------------------------------------------------------
+
+    def mla_cache(self, arch: Architecture) -> MlaCache:
+        """What the engine caches for latent attention: the latent (SGLang's MLA pool,
+        transformers 5's cache of the compressed latent)."""
+        return MlaCache.LATENT
 
     def placement(self, arch: Architecture, s: EngineSettings, act_bytes: float) -> Placement:
         """How weights are placed, and what every GPU holds next to them."""

@@ -409,7 +409,8 @@ class LlamaCppEngine(Engine):
             window = arch.sliding_window * (int(s["n_parallel"]) if s["kv_unified"] else 1)
             cells = min(cells, _pad(window + self.ubatch(s)))
         k_type, v_type = type_named(str(s["cache_type_k"])), type_named(str(s["cache_type_v"]))
-        if arch.mla is not None:
+        if arch.llamacpp_caches_latent:
+            assert arch.mla is not None
             return row_bytes(k_type, arch.mla.latent_width) * cells * streams
         k = row_bytes(k_type, arch.num_kv_heads * arch.head_dim)
         v = row_bytes(v_type, arch.num_kv_heads * arch.v_head_dim)

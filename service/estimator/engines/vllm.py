@@ -83,6 +83,7 @@ from service.estimator.engines.vllm_parallel import vllm_data_parallel
 from service.estimator.engines.vllm_profile import profile_peak
 from service.estimator.engines.vllm_versions import line_for
 from service.estimator.formats import WeightFormat
+from service.estimator.kv_cache import MlaCache
 from service.estimator.model import Architecture
 from service.estimator.result import Capacity
 from service.estimator.units import GIB, MIB, normalize_dtype
@@ -286,9 +287,14 @@ class VllmEngine(Engine):
         line = engine_line(str(s["version"]), gpu, str(s["dtype"]))
         return vllm_data_parallel(line, arch, s, tp, dp, expert_parallel, gpu)
 
+    def mla_cache(self, arch: Architecture) -> MlaCache:
+        """The latent for vLLM's MLA model types; otherwise latent attention runs as standard
+        Attention over every head, qk_head_dim wide, V padded to it (models/minicpm3.py)."""
+        return MlaCache.LATENT if arch.vllm_runs_mla else MlaCache.HEADS_PADDED_V
+
     def placement(self, arch: Architecture, s: EngineSettings, act_bytes: float) -> Placement:
         rope = rope_table_bytes(arch, act_bytes)
-        workspace = MLA_WORKSPACE_BYTES if arch.mla is not None else 0
+        workspace = MLA_WORKSPACE_BYTES if arch.vllm_runs_mla else 0
         notes = []
         if rope:
             notes.append(f"vLLM rotary cos/sin cache {rope / GIB:.3f} GiB per GPU")

@@ -135,7 +135,7 @@ def batch_defaults(
             max_model_len,
             multimodal=arch.vision is not None,
             sliding_window=arch.sliding_window is not None,
-            mla=arch.mla is not None,
+            mla=arch.vllm_runs_mla,
             rocm=gpu is not None and gpu.vendor == "amd",
         ), seqs
     offline = entrypoint == "llm"

@@ -59,8 +59,7 @@ def serving_setup(
     act_dtype = choice.activation
     d = bytes_per_element(act_dtype)
     kvb = kv_dtype_bytes(kv_cache_dtype, act_dtype)
-    # vLLM, SGLang and transformers 5 all cache MLA's compressed latent.
-    kv_layouts = stage_kv_layouts(arch, kvb, tp, pp, True)
+    kv_layouts = stage_kv_layouts(arch, kvb, tp, pp, engine.mla_cache(arch))
     max_model_len = engine.max_model_len(settings)
     placement = engine.placement(arch, settings, d)
     parallel = engine.data_parallel(arch, settings, tp, dp, expert_parallel, gpu)

@@ -192,6 +192,16 @@ class Architecture:
         return self.embedding_size or self.hidden_size
 
     @property
+    def vllm_runs_mla(self) -> bool:
+        """vLLM runs the latent attention as MLA, caching the latent (not MiniCPM3)."""
+        return self.mla is not None and self.family.modeling.vllm_mla
+
+    @property
+    def llamacpp_caches_latent(self) -> bool:
+        """llama.cpp caches latent attention's latent (not MiniCPM3)."""
+        return self.mla is not None and self.family.llamacpp.mla_latent
+
+    @property
     def rope_dim(self) -> int:
         """Width of the rotary part of a query/key head."""
         return self.mla.qk_rope_head_dim if self.mla is not None else self.head_dim
@@ -326,14 +336,16 @@ class Architecture:
     @cached_property
     def vision_modules(self) -> tuple[LinearModule, ...]:
         """The vision tower's linear projections (empty without one)."""
-        from service.estimator.model.vision import audio_modules, vision_modules
+        from service.estimator.model.audio import audio_modules
+        from service.estimator.model.vision import vision_modules
 
         return (*vision_modules(self.vision), *audio_modules(self.audio))
 
     @cached_property
     def vision_parameter_groups(self) -> tuple[ParameterGroup, ...]:
         """The vision tower's other tensors and the projector (empty without one)."""
-        from service.estimator.model.vision import audio_parameter_groups, vision_parameter_groups
+        from service.estimator.model.audio import audio_parameter_groups
+        from service.estimator.model.vision import vision_parameter_groups
 
         return (*vision_parameter_groups(self.vision), *audio_parameter_groups(self.audio))
 

@@ -17,6 +17,7 @@ from typing import Any
 from service.estimator.errors import InvalidConfig
 from service.estimator.model import layer_layout, mixers
 from service.estimator.model.architecture import Architecture
+from service.estimator.model.audio import attach_audio
 from service.estimator.model.config_reader import (
     Bounds,
     ConfigReader,
@@ -51,7 +52,7 @@ from service.estimator.model.shapes import (
     SLIDING_ATTENTION,
     MlaSpec,
 )
-from service.estimator.model.vision import attach_audio, attach_vision
+from service.estimator.model.vision import attach_vision
 from service.estimator.units import checkpoint_dtype
 
 __all__ = ["read_config"]
@@ -144,13 +145,20 @@ def _exact_div(hidden: int, heads: int) -> int:
     return hidden // heads
 
 
-def _mla(r: ConfigReader) -> MlaSpec:
+def _mla(r: ConfigReader, hidden: int, heads: int) -> MlaSpec:
+    v_default: Any = ...
+    if r.family.schema.v_head_dim_from_heads and not r.present("v_head_dim"):
+        v_default = _exact_div(hidden, heads)
+        r.assumptions.append(
+            f"v_head_dim not in config; used hidden_size // num_attention_heads = {v_default} "
+            f"(the {r.model_type} default, transformers)"
+        )
     return MlaSpec(
         q_lora_rank=r.opt_int("q_lora_rank", high=Bounds.RANK),
         kv_lora_rank=r.integer("kv_lora_rank", high=Bounds.RANK),
         qk_nope_head_dim=r.integer("qk_nope_head_dim", high=Bounds.HEAD_DIM),
         qk_rope_head_dim=r.integer("qk_rope_head_dim", high=Bounds.HEAD_DIM),
-        v_head_dim=r.integer("v_head_dim", high=Bounds.HEAD_DIM),
+        v_head_dim=r.integer("v_head_dim", high=Bounds.HEAD_DIM, default=v_default),
     )
 
 
@@ -189,7 +197,7 @@ def _build(r: ConfigReader, wrapper: str | None) -> Architecture:
             field="num_key_value_heads",
         )
 
-    mla = _mla(r) if modeling.attention is Attention.MLA else None
+    mla = _mla(r, hidden, heads) if modeling.attention is Attention.MLA else None
     if mla is not None:
         head_dim, v_head_dim = mla.qk_head_dim, mla.v_head_dim
     else:

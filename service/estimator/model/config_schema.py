@@ -5,7 +5,8 @@ from what its modeling code builds from them (:mod:`.modeling_traits`): the ``mo
 is registered under, the keys it reads under other names (transformers' ``attribute_map``),
 the defaults it applies to keys a config leaves out, the key of the head size, how the config
 gives its key/value heads, a width it derives when the key is absent, the switch that turns
-its sliding window on, and the key that counts extra multi-token-prediction layers.
+its sliding window on, the key that counts extra multi-token-prediction layers, and whether
+latent attention's value head size defaults to the standard head size.
 :class:`~.config_reader.ConfigReader` reads a config through it.
 """
 
@@ -48,3 +49,6 @@ class ConfigSchema:
     # The key of the token embedding's width when it may differ from hidden_size (OPT's
     # word_embed_proj_dim); None: the embedding is hidden_size wide.
     embedding_size_key: str | None = None
+    # Latent attention's value head size when the config gives none: the standard head size
+    # hidden_size // num_attention_heads (MiniCPM3Config) instead of a required key.
+    v_head_dim_from_heads: bool = False

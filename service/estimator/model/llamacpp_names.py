@@ -24,3 +24,6 @@ class LlamaCppNames:
     """The family as llama.cpp's loader and quantizer see it."""
 
     type: LlamaCppType = LlamaCppType.OTHER
+    # llama.cpp caches latent attention's latent (deepseek2's graph); False: K and V of every
+    # head as its graph expands them (src/models/minicpm3.cpp).
+    mla_latent: bool = True

@@ -228,3 +228,7 @@ class Modeling:
     linear_mixer: LinearMixer = LinearMixer.GATED_DELTANET
     # vLLM keeps the linear-attention recurrent state in the config's mamba_ssm_dtype (Qwen3.5).
     ssm_dtype_from_config: bool = False
+    # vLLM runs the latent attention as MLA and caches the latent (its is_deepseek_mla model
+    # types); False: as standard attention over every head, V padded to the key's width
+    # (vllm/model_executor/models/minicpm3.py, MiniCPM3).
+    vllm_mla: bool = True

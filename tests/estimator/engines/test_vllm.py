@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from service.estimator.engines.vllm_kv import vllm_groups
 from service.estimator.inference import InferenceRequest, stage_figures
-from service.estimator.kv_cache import stage_kv_layouts
+from service.estimator.kv_cache import MlaCache, stage_kv_layouts
 from service.estimator.model import Architecture, read_config
 from service.estimator.weights import Placement, weight_layout
 from tests.estimator.conftest import LLAMA_8B, catalog_architecture
@@ -13,7 +13,7 @@ from tests.estimator.test_kv_cache import GEMMA3
 
 def test_vllm_groups_gemma3_70_slots() -> None:
     a = read_config(GEMMA3)
-    (stage,) = stage_kv_layouts(a, 2, 1, 1, True)
+    (stage,) = stage_kv_layouts(a, 2, 1, 1, MlaCache.LATENT)
     assert (stage.full_layers, stage.sliding_layers) == (10, 52)
     g = vllm_groups(stage, 16)
     assert (g.group_size, g.full_groups, g.sliding_groups, g.slots) == (10, 1, 6, 70)

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from service.catalog.model_catalog import load_model_catalog
 from service.estimator.engines.vllm_kv import vllm_groups
-from service.estimator.kv_cache import stage_kv_layouts
+from service.estimator.kv_cache import MlaCache, stage_kv_layouts
 
 _CATALOG = load_model_catalog()
 
 
 def test_qwen3_next_state_and_vllm_pages() -> None:
     arch = _CATALOG.get("Qwen/Qwen3-Next-80B-A3B-Instruct").architecture
-    (kv,) = stage_kv_layouts(arch, 2, 1, 1, True)
+    (kv,) = stage_kv_layouts(arch, 2, 1, 1, MlaCache.LATENT)
     # 48 layers, full attention every 4th: 12 attention layers, 36 Gated DeltaNet layers.
     assert (kv.full_layers, kv.linear_layers) == (12, 36)
     # K and V: 2 KV heads x 256 x 2 bytes each.
@@ -31,7 +31,7 @@ def test_qwen3_next_state_and_vllm_pages() -> None:
 
 def test_llama4_chunked_layers() -> None:
     arch = _CATALOG.get("meta-llama/Llama-4-Scout-17B-16E-Instruct").architecture
-    (kv,) = stage_kv_layouts(arch, 2, 1, 1, True)
+    (kv,) = stage_kv_layouts(arch, 2, 1, 1, MlaCache.LATENT)
     # Every 4th layer is NoPE with global attention; the 36 RoPE layers attend in 8192 chunks.
     assert (kv.full_layers, kv.chunked_layers, kv.chunk) == (12, 36, 8192)
     per = 2 * 8 * 128 * 2
@@ -49,7 +49,7 @@ def test_gemma4_e4b_pages_and_logged_tokens() -> None:
     pages are 16 x 4096 bytes (the block sizes LMCache's Gemma 4 recipe reports for E4B:
     sliding 32, full 16), and groups 4 full + 20 sliding layers as 1 + 5 groups of 4."""
     arch = _CATALOG.get("google/gemma-4-E4B-it").architecture
-    (kv,) = stage_kv_layouts(arch, 2, 1, 1, True)
+    (kv,) = stage_kv_layouts(arch, 2, 1, 1, MlaCache.LATENT)
     assert (kv.full_layers, kv.sliding_layers, kv.window) == (4, 20, 512)
     assert (kv.layer_token_bytes, kv.sliding_token_bytes) == (2 * 512 * 2 * 2, 2 * 256 * 2 * 2)
     assert kv.full_token_bytes == 4 * 4096 + 20 * 2048
@@ -72,10 +72,10 @@ def test_gemma4_shared_layers_and_k_eq_v() -> None:
     global KV heads of 512 (keys serve as values, both cached), its sliding layers 8 of 256:
     there the sliding page is the larger and the full block grows to 32 tokens."""
     e2b = _CATALOG.get("google/gemma-4-E2B-it").architecture
-    (kv,) = stage_kv_layouts(e2b, 2, 1, 1, True)
+    (kv,) = stage_kv_layouts(e2b, 2, 1, 1, MlaCache.LATENT)
     assert (kv.full_layers, kv.sliding_layers) == (3, 12)
     a26 = _CATALOG.get("google/gemma-4-26B-A4B-it").architecture
-    (kv,) = stage_kv_layouts(a26, 2, 1, 1, True)
+    (kv,) = stage_kv_layouts(a26, 2, 1, 1, MlaCache.LATENT)
     assert (kv.full_layers, kv.sliding_layers) == (5, 25)
     assert (kv.layer_token_bytes, kv.sliding_token_bytes) == (2 * 512 * 2 * 2, 8 * 256 * 2 * 2)
     g = vllm_groups(kv, 16)
@@ -88,7 +88,7 @@ def test_deepseek_v32_indexer_keys() -> None:
     in fp8 with a float32 scale per 128 values (132 bytes); vLLM pages every layer's caches
     together in one group."""
     arch = _CATALOG.get("deepseek-ai/DeepSeek-V3.2").architecture
-    (kv,) = stage_kv_layouts(arch, 2, 1, 1, True)
+    (kv,) = stage_kv_layouts(arch, 2, 1, 1, MlaCache.LATENT)
     assert (kv.layer_token_bytes, kv.indexer_layers, kv.indexer_token_bytes) == (1152, 61, 132)
     assert kv.full_token_bytes == 61 * (1152 + 132)
     assert kv.decode_bytes(1000) == 1000 * 61 * (1152 + 132)
@@ -121,7 +121,7 @@ def test_kimi_linear_kda_state_in_vllm() -> None:
             "v_head_dim": 128,
         }
     )
-    (kv,) = stage_kv_layouts(arch, 2, 1, 1, True)
+    (kv,) = stage_kv_layouts(arch, 2, 1, 1, MlaCache.LATENT)
     # KimiLinearConfig's default layout: full attention on layers 4, 8, ..., 24.
     assert (kv.full_layers, kv.linear_layers) == (6, 21)
     assert kv.layer_token_bytes == (512 + 64) * 2

@@ -25,6 +25,7 @@ from service.estimator.model.families import (
     gpt_oss,
     kimi,
     llama,
+    minicpm,
     minimax,
     mistral,
     olmo,
@@ -64,6 +65,7 @@ _MODULES: tuple[ModuleType, ...] = (
     opt,
     minimax,
     kimi,
+    minicpm,
 )
 
 
