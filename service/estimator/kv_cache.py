@@ -42,8 +42,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from functools import lru_cache
 
+from service.estimator.memo import memoized
 from service.estimator.model import FULL_ATTENTION, SLIDING_ATTENTION, Architecture
 from service.estimator.model.shapes import CHUNKED_ATTENTION, LINEAR_ATTENTION, LinearAttentionSpec
 from service.estimator.parallel import pp_layer_partition
@@ -197,7 +197,8 @@ class KvLayout:
         return kv + total_tokens * per_token + self.sequence_state_bytes
 
 
-@lru_cache(maxsize=1024)
+# In the byte-bounded memo, not an lru_cache: see weights.weight_layout.
+@memoized
 def stage_kv_layouts(
     arch: Architecture, dtype_bytes: float, tp: int, pp: int, mla_cache: MlaCache
 ) -> tuple[KvLayout, ...]:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
 from types import MappingProxyType
 
 from service.estimator.formats import (
@@ -31,6 +30,7 @@ from service.estimator.formats import (
     get_format,
     linear_weight_bytes,
 )
+from service.estimator.memo import memoized
 from service.estimator.model import Architecture, LinearModule, Shard
 from service.estimator.parallel import ExpertLayout, pp_layer_partition
 from service.estimator.units import GIB, bytes_per_element, cdiv, normalize_dtype
@@ -165,7 +165,10 @@ def _module_quantized(
     return True
 
 
-@lru_cache(maxsize=1024)
+# In the byte-bounded memo, not an lru_cache: a posted config's layout (a 1024-layer config's is
+# megabytes) must count against the cache budget; 1024 of them held by an lru_cache took a
+# 256 MiB worker to its OOM kill in a minute of distinct configs (`make soak`, heavy phase).
+@memoized
 def weight_layout(
     arch: Architecture,
     weight_format: str | None = None,

@@ -169,3 +169,29 @@ def test_concurrent_callers_agree() -> None:
     for t in threads:
         t.join()
     assert results == [n * n for n in range(200)] * 4
+
+
+def test_no_unbudgeted_cache_holds_a_model() -> None:
+    """Every cache of the service's own modules keyed on a model's architecture (a posted
+    config's, as any request may send) is the byte-bounded memo: an ``functools.lru_cache``
+    counts entries, not bytes, and 1024 layouts of posted configs held that way took a
+    256 MiB worker to its OOM kill in a minute of distinct configs (`make soak`, heavy
+    phase). Bounded lru_caches of small keys (a GPU reference, a format name) are fine."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import service
+
+    offenders = []
+    for info in pkgutil.walk_packages(service.__path__, "service."):
+        module = importlib.import_module(info.name)
+        for name, obj in vars(module).items():
+            if not hasattr(obj, "cache_info") or getattr(obj, "__module__", None) != info.name:
+                continue
+            wrapped = inspect.unwrap(obj)
+            annotations = getattr(wrapped, "__annotations__", {})
+            hints = " ".join(str(a) for k, a in annotations.items() if k != "return")
+            if any(kind in hints for kind in ("Architecture", "ModelSpec", "ServingSetup")):
+                offenders.append(f"{info.name}.{name}")
+    assert offenders == []

@@ -15,10 +15,10 @@ requested rank). peft keeps adapters in fp32
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 from service.estimator.errors import InvalidRequest
+from service.estimator.memo import memoized
 from service.estimator.model import Architecture, LinearModule
 
 __all__ = [
@@ -66,7 +66,8 @@ def _matches(target: str, module: LinearModule) -> bool:
     )
 
 
-@functools.lru_cache(maxsize=512)
+# In the byte-bounded memo, not an lru_cache: see weights.weight_layout.
+@memoized
 def lora_targets(
     arch: Architecture, target_modules: str | tuple[str, ...]
 ) -> tuple[LinearModule, ...]:
