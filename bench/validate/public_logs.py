@@ -113,6 +113,20 @@ NOT_MODELLED = {
         "V0's encoder-decoder (mllama) profiling run, 128 dummy sequences with images through "
         "the vision encoder, is not modelled (36.63 GiB of activation logged)"
     ),
+    # A development build of vllm-project/vllm#10511 (its author's sanity check, 2024-12-13):
+    # the log's "Memory profiling results:" table is no release's output. Released v0.6.5's
+    # Worker.determine_num_available_blocks (vllm/worker/worker.py) prints one line, "model
+    # weights take …; non_torch_memory takes …; PyTorch activation peak memory takes …", so
+    # the figures (non-torch 1.79 GiB at TP 1, exactly twice that at TP 2) come from an
+    # intermediate revision of the PR and belong to no release line the estimate models.
+    "v_pr10511_tp1": (
+        "a development build of vllm#10511 (its 'Memory profiling results:' table is no "
+        "release's log; released v0.6.5 prints one line): no release line to score it on"
+    ),
+    "v_pr10511_tp2": (
+        "a development build of vllm#10511 (its 'Memory profiling results:' table is no "
+        "release's log; released v0.6.5 prints one line): no release line to score it on"
+    ),
     # README test headings only: the runs' gpu_memory_utilization (which sets the pool) and
     # max_model_len are not stated, and the campaign varies the utilization from run to run.
     "v_dl_32b_tp2": "gpu_memory_utilization not stated (README heading only); it sets the pool",

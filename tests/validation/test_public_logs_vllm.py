@@ -24,8 +24,9 @@ ACCURACY = Path(__file__).resolve().parents[2] / "docs" / "accuracy.md"
 # one by 0.01 percentage point before the docs overstate the accuracy.
 MARGIN = 0.0001
 # What the docs reported when these tests were tightened: a floor the counts may not fall
-# below even if the docs are regenerated with fewer rows.
-SCORED_FLOOR = 52
+# below even if the docs are regenerated with fewer rows (lowered by two on 2026-12-05: the
+# development build of vllm#10511, its TP 1 and TP 2 logs, belongs to no release line).
+SCORED_FLOOR = 50
 GUARDED = ("weights", "kv_bytes_per_token", "kv_pool", "kv_tokens", "max_concurrency")
 
 
@@ -96,7 +97,7 @@ def test_weights_and_kv_bytes_per_token_within_1_percent(
     n, mae, worst = _mae(cases, "weights")
     # The worst: v_22331_3090, gpt-oss-20b under the special 0.10.1+gptoss image (12.88 GiB,
     # the checkpoint's own mxfp4 bytes, against Marlin's layout on an RTX 3090).
-    assert n >= 49 and mae <= 0.01 and worst <= 0.07
+    assert n >= 47 and mae <= 0.01 and worst <= 0.07
     n, mae, worst = _mae(cases, "kv_bytes_per_token")
     assert n >= 1 and worst <= 0.01
 
@@ -142,7 +143,7 @@ def test_the_parsers_read_the_tables() -> None:
 
 @pytest.mark.parametrize(
     ("component", "count", "mean_bound"),
-    [("kv_pool", 37, 0.02), ("kv_tokens", 26, 0.02), ("max_concurrency", 25, 0.02)],
+    [("kv_pool", 36, 0.02), ("kv_tokens", 26, 0.02), ("max_concurrency", 25, 0.02)],
 )
 def test_pool_and_concurrency_reached(
     evaluated: tuple[list[p.Case], list[p.Verdict], list[p.Excluded]],
@@ -228,7 +229,7 @@ def test_start_or_refuse_verdicts(
     assert stated is not None
     agree = sum(v.agrees for v in verdicts)
     assert (agree, len(verdicts)) == (int(stated[1]), int(stated[2]))
-    assert len(verdicts) >= 44
+    assert len(verdicts) >= 42
     assert sum(not v.agrees for v in verdicts) <= 1
     assert {v.printed for v in verdicts} == {"started", "refused"}
 
