@@ -103,6 +103,11 @@ MODEL_REF = {
     "meta-llama/Llama-3.1-8B (local HF copy)": "meta-llama/Llama-3.1-8B",
 }
 
+_DEVELOPMENT_BUILD = (
+    "a development build of vllm#10511 (its 'Memory profiling results:' table is no release's "
+    "log; released v0.6.5 prints one line): no release line to score it on"
+)
+
 #: Rows that resolve but cannot be estimated as printed, with why.
 NOT_MODELLED = {
     # Scorable since the catalog has Llama 3.2 Vision: V0's encoder-decoder runner profiles
@@ -119,14 +124,8 @@ NOT_MODELLED = {
     # weights take …; non_torch_memory takes …; PyTorch activation peak memory takes …", so
     # the figures (non-torch 1.79 GiB at TP 1, exactly twice that at TP 2) come from an
     # intermediate revision of the PR and belong to no release line the estimate models.
-    "v_pr10511_tp1": (
-        "a development build of vllm#10511 (its 'Memory profiling results:' table is no "
-        "release's log; released v0.6.5 prints one line): no release line to score it on"
-    ),
-    "v_pr10511_tp2": (
-        "a development build of vllm#10511 (its 'Memory profiling results:' table is no "
-        "release's log; released v0.6.5 prints one line): no release line to score it on"
-    ),
+    "v_pr10511_tp1": _DEVELOPMENT_BUILD,
+    "v_pr10511_tp2": _DEVELOPMENT_BUILD,
     # README test headings only: the runs' gpu_memory_utilization (which sets the pool) and
     # max_model_len are not stated, and the campaign varies the utilization from run to run.
     "v_dl_32b_tp2": "gpu_memory_utilization not stated (README heading only); it sets the pool",

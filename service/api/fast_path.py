@@ -231,12 +231,13 @@ class EstimateFastPath:
             except Exception:  # the route answers it, with its 422
                 body = None
         key = cost_class(path, body) if body is not None else None
+        # The turn's budget reserved for this request when it runs here; None: the route.
         reserved_s: float | None = None
-        if body is not None and path in self.routes and not policy.inline(key):
-            if policy.may_wait(key):
+        if body is not None and path in self.routes:
+            if policy.inline(key):
+                reserved_s = 0.0
+            elif policy.may_wait(key):
                 reserved_s = await policy.wait_turn(key)
-        elif body is not None and path in self.routes:
-            reserved_s = 0.0
         if body is None or reserved_s is None:
             await self.app(scope, _replaying(first, receive), send)
             if scope.get("route") is not None:

@@ -160,25 +160,25 @@ def _fewest_stages(req: InferenceRequest, tp: int, lo: int, hi: int, mem: int) -
     return smallest_true(lambda pp: _fits_at(req, tp, pp, mem), lo, hi, monotone=monotone)
 
 
-def min_gpu_count(req: InferenceRequest) -> MinLayout:
+def min_gpu_count(req: InferenceRequest, judged: Judged | None = None) -> MinLayout:
     """:func:`search_min_gpu_count`, kept in the memo: it depends on the request's setups and
-    its workload, not on its own layout."""
+    its workload, not on its own layout.
+
+    ``judged``: the request's own layout, already judged. When that is one GPU (per
+    data-parallel rank) and fits, it is the search's first try and its answer: no search and
+    no memo (whose key measure and the search's set-up cost a one-GPU pre-flight a third of
+    its estimate, for the most common answer there is)."""
+    if (
+        judged is not None
+        and (judged.layout.tensor, judged.layout.pipeline) == (1, 1)
+        and judged.verdict.fits
+    ):
+        return MinLayout(1, Layout(1), ONE_GPU_REASON)
     setups = req.setups_key()
     if setups is None:
         return search_min_gpu_count(req)
     key = (setups, req.sequences, req.seq_len, req.prompt)
     return cached("min_gpu_count", key, lambda: search_min_gpu_count(req))
-
-
-def _one_gpu_holds_it(req: InferenceRequest, judged: Judged) -> MinLayout | None:
-    """The answer of :func:`min_gpu_count` when the request's own layout is one GPU (per
-    data-parallel rank) and fits: TP 1 is the search's first try, and that verdict is the one
-    just judged (same setup, same memory), so the search would return it at once. Asking the
-    memo instead cost a pre-flight of one GPU a third of its estimate (the key's measure,
-    the search's set-up), for the most common answer there is."""
-    if (judged.layout.tensor, judged.layout.pipeline) != (1, 1) or not judged.verdict.fits:
-        return None
-    return MinLayout(1, Layout(1), ONE_GPU_REASON)
 
 
 def expert_parallel_size(req: InferenceRequest, tp: int, pp: int) -> int:
@@ -520,7 +520,7 @@ def fit_inference(req: InferenceRequest, gpu_label: str, gpu_count: int | None) 
     max_seq = None
     if max_batch is not None:
         max_seq = largest_fitting(lambda s: fits_at(req.batch_size, s), s_hi)
-    minimum = _with_data_parallel(req, _one_gpu_holds_it(req, judged) or min_gpu_count(req))
+    minimum = _with_data_parallel(req, min_gpu_count(req, judged))
     min_layout = minimum.layout
     if minimum.note:
         notes.append(minimum.note)

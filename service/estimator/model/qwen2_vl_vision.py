@@ -52,10 +52,9 @@ _VISUAL = "model.visual"
 # The Qwen2-VL / Qwen2.5-VL processors' max_pixels (module docstring).
 _MAX_PIXELS = 12845056
 
-# Qwen2_5_VLVisionConfig's defaults (transformers 5), under the names vision.py reads.
-QWEN2_5_VL_DEFAULTS: Mapping[str, int] = {
-    "hidden_size": 3584,
-    "intermediate_size": 3420,
+# What Qwen2VLVisionConfig and Qwen2_5_VLVisionConfig default alike (transformers 5), under
+# the names vision.py reads.
+_SHARED_DEFAULTS: Mapping[str, int] = {
     "num_hidden_layers": 32,
     "num_attention_heads": 16,
     "patch_size": 14,
@@ -65,18 +64,17 @@ QWEN2_5_VL_DEFAULTS: Mapping[str, int] = {
     "spatial_merge_size": 2,
     "out_hidden_size": 3584,
 }
+# Qwen2_5_VLVisionConfig's own.
+QWEN2_5_VL_DEFAULTS: Mapping[str, int] = {
+    **_SHARED_DEFAULTS,
+    "hidden_size": 3584,
+    "intermediate_size": 3420,
+}
 # Qwen2VLVisionConfig's: the tower's width is embed_dim, its hidden_size the merger's output.
 QWEN2_VL_DEFAULTS: Mapping[str, int] = {
+    **_SHARED_DEFAULTS,
     "hidden_size": 1280,
     "intermediate_size": 1280 * 4,  # unused: embed_dim × mlp_ratio is read instead
-    "num_hidden_layers": 32,
-    "num_attention_heads": 16,
-    "patch_size": 14,
-    "num_channels": 3,
-    "in_channels": 3,
-    "temporal_patch_size": 2,
-    "spatial_merge_size": 2,
-    "out_hidden_size": 3584,
     "mlp_ratio": 4,
 }
 

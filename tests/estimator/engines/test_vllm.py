@@ -63,3 +63,17 @@ def test_vllm_mla_model_holds_flashinfer_mla_workspace_on_every_gpu() -> None:
     rope_llama = 131072 * 128 * 2
     layout = weight_layout(llama, None, 1, 1, Placement(vocab_padding=64))
     assert _vllm_weights_per_gpu(llama, 1) == layout.per_stage[0] + rope_llama
+
+
+def test_a_conv3d_towers_profiled_image_holds_its_frames() -> None:
+    """The pixel values vLLM's dummy image holds, as transformers' image processors shape them:
+    Qwen2-VL's (models/qwen2_vl/image_processing_qwen2_vl.py) returns one row per 14 x 14
+    patch of C x temporal_patch_size x 14 x 14 values, the still image repeated over the
+    patch's 2 frames; SigLIP's (Gemma 3) returns the C x side x side image once."""
+    qwen = catalog_architecture("Qwen/Qwen2.5-VL-7B-Instruct").vision
+    assert qwen is not None
+    patches = (3584 // 14) ** 2  # the 3584-px image of max_pixels 12,845,056
+    assert qwen.pixel_values_per_image == patches * (3 * 2 * 14 * 14) == 77_070_336
+    gemma = catalog_architecture("google/gemma-3-12b-it").vision
+    assert gemma is not None
+    assert gemma.pixel_values_per_image == 3 * 896 * 896

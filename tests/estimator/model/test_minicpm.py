@@ -13,6 +13,22 @@ from service.estimator.model.parameters import count_parameters
 from tests.estimator.conftest import catalog_architecture
 
 MINICPM4_8B = "openbmb/MiniCPM4-8B"
+MINICPM3_4B = "openbmb/MiniCPM3-4B"
+
+
+def _request(model: str, engine: str, tp: int = 1) -> InferenceRequest:
+    return InferenceRequest(
+        architecture=catalog_architecture(model),
+        engine=engine,
+        sequence_length=4096,
+        tensor_parallel_size=tp,
+        gpu_memory_bytes=80 * 2**30,
+    )
+
+
+def _kv_bytes_per_token(model: str, engine: str, tp: int) -> int:
+    stage = setup_for(_request(model, engine, tp)).stages[-1]
+    return stage.kv.layer_token_bytes * stage.kv.layers
 
 
 def _hand_count(h: int, inter: int, layers: int, heads: int, kv: int, vocab: int, tied: bool):
@@ -39,15 +55,7 @@ def test_minicpm4_8b_counts_its_architecture() -> None:
 def test_minicpm4_8b_kv_bytes_per_token(engine: str, tp: int, kv_heads: int) -> None:
     """K and V of 128 wide heads in bf16 on each of 32 layers; the 2 KV heads split over TP 2
     and are replicated beyond it."""
-    req = InferenceRequest(
-        architecture=catalog_architecture(MINICPM4_8B),
-        engine=engine,
-        sequence_length=4096,
-        tensor_parallel_size=tp,
-        gpu_memory_bytes=80 * 2**30,
-    )
-    stage = setup_for(req).stages[-1]
-    assert stage.kv.layer_token_bytes * stage.kv.layers == 2 * kv_heads * 128 * 2 * 32
+    assert _kv_bytes_per_token(MINICPM4_8B, engine, tp) == 2 * kv_heads * 128 * 2 * 32
 
 
 def test_minicpm_ties_the_head_unless_the_config_says_not() -> None:
@@ -108,9 +116,6 @@ def test_minicpm4_8b_has_llamas_tensors() -> None:
     assert count_parameters(arch).total == sum(p.numel() for p in model.parameters())
 
 
-MINICPM3_4B = "openbmb/MiniCPM3-4B"
-
-
 def test_minicpm3_4b_counts_its_latent_attention() -> None:
     """MiniCPM3Attention: q_a_proj, q_a_layernorm, q_b_proj (40 heads x 96), kv_a_proj_with_mqa
     (256 + 32), kv_a_layernorm, kv_b_proj (40 x (64 + 64)), o_proj (40 x 64); a SwiGLU MLP;
@@ -140,15 +145,7 @@ def test_minicpm3_4b_counts_its_latent_attention() -> None:
     ],
 )
 def test_minicpm3_kv_bytes_per_token_per_engine(engine: str, tp: int, per_token: int) -> None:
-    req = InferenceRequest(
-        architecture=catalog_architecture(MINICPM3_4B),
-        engine=engine,
-        sequence_length=4096,
-        tensor_parallel_size=tp,
-        gpu_memory_bytes=80 * 2**30,
-    )
-    stage = setup_for(req).stages[-1]
-    assert stage.kv.layer_token_bytes * stage.kv.layers == per_token
+    assert _kv_bytes_per_token(MINICPM3_4B, engine, tp) == per_token
 
 
 def test_minicpm3_llamacpp_caches_expanded_heads() -> None:
@@ -158,13 +155,7 @@ def test_minicpm3_llamacpp_caches_expanded_heads() -> None:
 
     engine = get_engine("llama.cpp")
     assert isinstance(engine, LlamaCppEngine)
-    req = InferenceRequest(
-        architecture=catalog_architecture(MINICPM3_4B),
-        engine="llama.cpp",
-        sequence_length=4096,
-        gpu_memory_bytes=80 * 2**30,
-    )
-    s = setup_for(req).settings
+    s = setup_for(_request(MINICPM3_4B, "llama.cpp")).settings
     _, cells, _ = engine.cells(s)
     assert (
         engine.layer_kv_bytes(catalog_architecture(MINICPM3_4B), s, 0) == cells * 40 * (96 + 64) * 2
