@@ -60,6 +60,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from service.api.bodies import parse_body
 from service.api.response_cache import OBSERVATION_KEY
 from service.application.estimate_service import app_catalogs, run_estimate
+from service.application.render import response_json
 from service.schemas.estimates import FinetuneRequestBody, InferenceRequestBody
 
 __all__ = ["EstimateFastPath", "InlinePolicy", "cost_class", "estimate_bytes"]
@@ -95,7 +96,7 @@ def estimate_bytes(
         assert isinstance(raw, bytes)
         body = parse_body(raw, body_type)
     rendered, observation = run_estimate(body, app_catalogs(state), state.metrics)
-    return rendered.model_dump_json().encode(), observation
+    return response_json(rendered), observation
 
 
 class InlinePolicy:

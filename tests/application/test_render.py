@@ -10,7 +10,14 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.api.routes.estimates import BatchResponse
-from service.schemas.estimates import EstimateResponse
+from service.application.estimate_service import app_catalogs, run_estimate
+from service.application.render import built, response_json
+from service.schemas.estimates import (
+    EstimateResponse,
+    FinetuneRequestBody,
+    InferenceRequestBody,
+    LayoutOut,
+)
 
 MODELS = [
     "meta-llama/Llama-3.1-8B-Instruct",
@@ -59,3 +66,42 @@ def test_batch_answer_equals_its_validated_form(client: TestClient) -> None:
     response = client.post("/v1/estimate/batch", json={"items": items})
     assert response.status_code == 200
     _same_as_validated(BatchResponse, response.json())
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_response_json_is_pydantics_json_byte_for_byte(client: TestClient, model: str) -> None:
+    state = client.app.state  # type: ignore[attr-defined]
+    catalogs = app_catalogs(state)
+    bodies = [InferenceRequestBody.model_validate({"model": model, **x}) for x in INFERENCE]
+    bodies += [
+        InferenceRequestBody.model_validate(
+            {
+                "model": model,
+                "gpu": "h100-sxm-80gb",
+                "traffic": {"input_tokens": 1000, "output_tokens": 200, "concurrency": 8},
+                "slo": {"itl_ms": 50, "requests_per_s": 10},
+            }
+        )
+    ]
+    bodies += [FinetuneRequestBody.model_validate({"model": model, **x}) for x in FINETUNE]
+    parts = set()
+    for body in bodies:
+        rendered, _ = run_estimate(body, catalogs, state.metrics)
+        assert response_json(rendered) == rendered.model_dump_json().encode()
+        parts |= {name for name, value in rendered if value is not None}
+    # every optional part of a response was written at least once
+    assert parts >= {"fit", "capacity", "performance", "sizing", "engine_options"}
+
+
+def test_built_refuses_a_missing_field_or_another_order() -> None:
+    whole = {
+        "tensor_parallel_size": 2,
+        "pipeline_parallel_size": 1,
+        "data_parallel_size": 1,
+        "expert_parallel_size": 1,
+    }
+    assert built(LayoutOut, **whole) == LayoutOut(**whole)
+    with pytest.raises(TypeError, match="give every field"):
+        built(LayoutOut, tensor_parallel_size=2)
+    with pytest.raises(TypeError, match="in order"):
+        built(LayoutOut, **dict(reversed(whole.items())))
