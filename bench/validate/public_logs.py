@@ -153,7 +153,12 @@ LINE_FROM_LOG = {
     "v_13061": ("0.6.5", "V0 log with the activation line of 0.6.5+ (model_runner.py:1115)"),
     # "Model loading took" at gpu_model_runner.py:2007 and the V1 KV line, as in 0.10.1.
     "v_23278": ("0.10.1", "line numbers of 0.10.1's gpu_model_runner.py"),
-    "v_27508": ("0.10.2", "gpu_worker.py:298 as in 0.10.2"),
+    # The traceback's lines pin 0.11.0: core.py:699 (``engine_core = EngineCoreProc(...)``),
+    # core.py:498 (``super().__init__``) and core.py:708 (``logger.exception``) in
+    # vllm/v1/engine/core.py of v0.11.0, where v0.10.2 has them at 709 and 505 (both wheels
+    # read); gpu_worker.py:298 is the KV line of either. The issue's collect_env names torch
+    # 2.8.0, which both pin, and the comment (2025-10-31) predates 0.11.1.
+    "v_27508": ("0.11.0", "traceback lines core.py:699/498/708 as in 0.11.0 (not 0.10.2)"),
     # Dev builds: the release they lead to.
     "v_pr10511_tp1": ("0.6.5", "a 0.6.5 development build"),
     "v_pr10511_tp2": ("0.6.5", "a 0.6.5 development build"),
