@@ -81,6 +81,7 @@ GPU_REF = {
     "A100-PCIE-40GB": "a100-pcie-40gb",
     'L40S (PR text: "1xL40S GPU")': "l40s",
     'H100 (PR text: "H100-80G")': "h100",
+    'H100 80GB HBM3 (collect_env: "GPU 0: NVIDIA H100 80GB HBM3")': "h100-sxm-80gb",
 }
 
 #: Printed model names -> catalog ids, where the row's name is not the catalog id itself.
@@ -195,7 +196,7 @@ ROW_OPTIONS: dict[str, dict[str, Any]] = {
     # The sampler, where the row's log or source names it (``auto``, the default, is what the
     # official image of the line runs: FlashInfer in 0.8-0.10). The campaign's A100 40GB run
     # prints "FlashInfer is not available. Falling back to the PyTorch-native implementation";
-    # v_23278 and v_27508 run from conda environments (the site-packages paths of their
+    # v_23278 and v_27508 (and v_27508_op, its issue's first run) run from conda environments (the site-packages paths of their
     # tracebacks), pip installs of a wheel that does not require flashinfer. v_brendan keeps
     # ``auto``: its installation script pip-installs vllm and then sglang[all], whose runtime
     # extra requires flashinfer_python.
@@ -207,6 +208,7 @@ ROW_OPTIONS: dict[str, dict[str, Any]] = {
     "v_abc_l4_l31_8b": {"sampler": "native"},
     "v_23278": {"sampler": "native"},
     "v_27508": {"sampler": "native"},
+    "v_27508_op": {"sampler": "native"},
     # Started through the Python ``LLM`` class (vLLM's LLM_CLASS usage context, whose V1
     # scheduling defaults differ from ``vllm serve``): v_brendan's notebook builds
     # ``vllm.LLM(...)`` in hello_world_script.py at the row's commit.
