@@ -81,6 +81,7 @@ GPU_REF = {
     "A100-PCIE-40GB": "a100-pcie-40gb",
     'L40S (PR text: "1xL40S GPU")': "l40s",
     'H100 (PR text: "H100-80G")': "h100",
+    'H100 80GB HBM3 (collect_env: "GPU 0: NVIDIA H100 80GB HBM3")': "h100-sxm-80gb",
 }
 
 #: Printed model names -> catalog ids, where the row's name is not the catalog id itself.
@@ -153,7 +154,12 @@ LINE_FROM_LOG = {
     "v_13061": ("0.6.5", "V0 log with the activation line of 0.6.5+ (model_runner.py:1115)"),
     # "Model loading took" at gpu_model_runner.py:2007 and the V1 KV line, as in 0.10.1.
     "v_23278": ("0.10.1", "line numbers of 0.10.1's gpu_model_runner.py"),
-    "v_27508": ("0.10.2", "gpu_worker.py:298 as in 0.10.2"),
+    # The traceback's lines pin 0.11.0: core.py:699 (``engine_core = EngineCoreProc(...)``),
+    # core.py:498 (``super().__init__``) and core.py:708 (``logger.exception``) in
+    # vllm/v1/engine/core.py of v0.11.0, where v0.10.2 has them at 709 and 505 (both wheels
+    # read); gpu_worker.py:298 is the KV line of either. The issue's collect_env names torch
+    # 2.8.0, which both pin, and the comment (2025-10-31) predates 0.11.1.
+    "v_27508": ("0.11.0", "traceback lines core.py:699/498/708 as in 0.11.0 (not 0.10.2)"),
     # Dev builds: the release they lead to.
     "v_pr10511_tp1": ("0.6.5", "a 0.6.5 development build"),
     "v_pr10511_tp2": ("0.6.5", "a 0.6.5 development build"),
@@ -190,10 +196,10 @@ ROW_OPTIONS: dict[str, dict[str, Any]] = {
     # The sampler, where the row's log or source names it (``auto``, the default, is what the
     # official image of the line runs: FlashInfer in 0.8-0.10). The campaign's A100 40GB run
     # prints "FlashInfer is not available. Falling back to the PyTorch-native implementation";
-    # v_23278 and v_27508 run from conda environments (the site-packages paths of their
-    # tracebacks), pip installs of a wheel that does not require flashinfer. v_brendan keeps
-    # ``auto``: its installation script pip-installs vllm and then sglang[all], whose runtime
-    # extra requires flashinfer_python.
+    # v_23278 and v_27508 (and v_27508_op, its issue's first run) run from conda environments
+    # (the site-packages paths of their tracebacks), pip installs of a wheel that does not
+    # require flashinfer. v_brendan keeps ``auto``: its installation script pip-installs vllm
+    # and then sglang[all], whose runtime extra requires flashinfer_python.
     # v_pr21429_q3_235b is the test run of a vLLM developer's pull request, a development build
     # of a source checkout, whose requirements do not include flashinfer. v_abc_l4_l31_8b's
     # 0.11.0 log says "FlashInfer is not available" (a pip install in a notebook).
@@ -202,6 +208,7 @@ ROW_OPTIONS: dict[str, dict[str, Any]] = {
     "v_abc_l4_l31_8b": {"sampler": "native"},
     "v_23278": {"sampler": "native"},
     "v_27508": {"sampler": "native"},
+    "v_27508_op": {"sampler": "native"},
     # Started through the Python ``LLM`` class (vLLM's LLM_CLASS usage context, whose V1
     # scheduling defaults differ from ``vllm serve``): v_brendan's notebook builds
     # ``vllm.LLM(...)`` in hello_world_script.py at the row's commit.
@@ -218,7 +225,28 @@ NON_DRIVER_FIGURES = frozenset({"v_13061"})
 
 #: Rows whose pool error is not explained, with what was checked: shown and counted in every
 #: figure, bounded by the tests on their own (tests/validation/test_public_logs_vllm.py).
-UNEXPLAINED_POOL: dict[str, str] = {}
+UNEXPLAINED_POOL: dict[str, str] = {
+    # 0.11.0 on a Colab L4: the log's budget leaves weights + peak + non-torch = 0.92 × 22.03 -
+    # 4.754 = 15.514 GiB at the catalog's total, so 0.525 GiB beside the 14.989 GiB weights
+    # (the estimate: 0.599 peak + 0.082 non-torch = 0.681).
+    # 0.11.0's profile_run samples 128 rows (min(max_num_seqs, max_num_batched_tokens)) with
+    # top-k V-1 and top-p 0.9 through the native path (the log: "FlashInfer is not available"):
+    # apply_top_k_top_p sorts the [128, 128256] fp32 logits, and torch 2.8's sort of 128 or
+    # more segments (SortStable.cu: segmented_sort_pairs) holds int64 reverse indices and
+    # cub's alternate key and value buffers beside its outputs: 2 + 4 + 4 + 8 + 20 = 38 B per
+    # logit, 0.58 GiB alone. The row's figure is what 28 B per logit (the later scatter
+    # moment) would leave; the same sort at 1024 rows agrees with v_27508 and the llm-d
+    # 0.11.2 H100 rows (v_llmd_h100_l31_8b -0.16 %). No source read explains 10 B per logit
+    # less at 128 rows. The catalog's L4 total (22.03 GiB, one PyTorch message:
+    # ArcInstitute/evo2#190) is not the log's machine's; 22.2 GiB would close the gap.
+    "v_abc_l4_l31_8b": (
+        "the pool is 0.15 GiB below the log; 0.11.0's native sampler sort at 128 rows (38 B "
+        "per logit, torch 2.8 SortStable.cu) leaves it so at the catalog's 22.03 GiB L4 total; "
+        "the log would need 28 B per logit or a 22.2 GiB total, and the catalog's total is not "
+        "the log machine's reading (the code comment in bench/validate/public_logs.py has the "
+        "sums)"
+    ),
+}
 
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 

@@ -152,7 +152,7 @@ def test_pool_and_concurrency_reached(
     mean_bound: float,
 ) -> None:
     # The docs' figures (docs/accuracy.md): mean <= 2 % over every scored row, the rows of
-    # UNEXPLAINED_POOL (none at present) included; every other row within 5 %.
+    # UNEXPLAINED_POOL (v_abc_l4_l31_8b, -3.2 %) included; every other row within 5 %.
     cases = evaluated[0]
     n, mae, worst = _mae(cases, component)
     assert n >= count  # today's count; the docs' count is held exactly above
@@ -168,8 +168,8 @@ def test_multimodal_row_on_0_11_0_samples_with_flashinfer(
     # Mistral-Small-3.2 on vLLM 0.11.0 (llm-d-benchmark's results doc): its printed activation
     # peak, 2.12 GiB at 1024 sampler rows, is below the native sort's 1024 × 131072 × 36 B =
     # 4.5 GiB alone; 0.11.0's image samples with FlashInfer. Its pool, tokens and concurrency
-    # then fall within 1 % of the log; no row is left unexplained.
-    assert p.UNEXPLAINED_POOL == {}
+    # then fall within 1 % of the log; it is not among the unexplained rows.
+    assert "v_llmd_h100_mistral_small32" not in p.UNEXPLAINED_POOL
     errors = {c.component: c.error for c in evaluated[0] if c.row == "v_llmd_h100_mistral_small32"}
     for component in ("kv_pool", "kv_tokens", "max_concurrency"):
         assert abs(errors[component]) <= 0.01, (component, errors[component])

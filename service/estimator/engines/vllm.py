@@ -13,9 +13,11 @@ pool it captures afterwards live in the margin the budget leaves.
 
 Next to the weights every GPU holds the rotary cos/sin tables vLLM precomputes (one
 ``[positions × scaling factor, rotary_dim]`` table per distinct rope, in the model dtype;
-``LinearScalingRotaryEmbedding`` / ``DynamicNTKScalingRotaryEmbedding``) and, for an MLA model,
-the 128 MiB FlashInfer MLA workspace: ``get_valid_backends`` imports each MLA attention backend
-of the platform's priority list while the first ``MLAAttention`` layer is built, and
+``LinearScalingRotaryEmbedding`` / ``DynamicNTKScalingRotaryEmbedding``; float32 for gpt-oss,
+whose ``models/gpt_oss.py`` asks ``get_rope`` for it, until an eager profiling run casts it)
+and, for an MLA model, the 128 MiB FlashInfer MLA workspace: ``get_valid_backends`` imports
+each MLA attention backend of the platform's priority list while the first ``MLAAttention``
+layer is built, and
 ``vllm/v1/attention/backends/mla/flashinfer_mla.py`` allocates ``g_fi_workspace``
 (``FLASHINFER_MLA_WORKSPACE_BUFFER_SIZE``) on the GPU at import, inside the load that
 "Model loading took" measures. The vocabulary is padded to a multiple of 64; with PP > 1 a tied
@@ -121,6 +123,10 @@ _MIN_CAPABILITY: dict[str, tuple[int, int]] = {
 }
 # Native fp8 matmuls from Ada/Hopper (8.9); below, vLLM runs fp8 weights on Marlin W8A16.
 _FP8_NATIVE = (8, 9)
+
+
+# gpt-oss's rotary table: float32 whatever the model dtype (``Modeling.vllm_rope_fp32``).
+ROPE_FP32_BYTES = 4.0
 
 
 def rope_table_bytes(arch: Architecture, dtype_bytes: float) -> int:
@@ -293,11 +299,12 @@ class VllmEngine(Engine):
         return MlaCache.LATENT if arch.vllm_runs_mla else MlaCache.HEADS_PADDED_V
 
     def placement(self, arch: Architecture, s: EngineSettings, act_bytes: float) -> Placement:
-        rope = rope_table_bytes(arch, act_bytes)
+        rope = rope_table_bytes(arch, ROPE_FP32_BYTES if arch.vllm_rope_fp32 else act_bytes)
         workspace = MLA_WORKSPACE_BYTES if arch.vllm_runs_mla else 0
         notes = []
         if rope:
-            notes.append(f"vLLM rotary cos/sin cache {rope / GIB:.3f} GiB per GPU")
+            kept = " (float32, as vLLM builds this model's)" if arch.vllm_rope_fp32 else ""
+            notes.append(f"vLLM rotary cos/sin cache {rope / GIB:.3f} GiB per GPU{kept}")
         if workspace:
             notes.append(
                 f"vLLM FlashInfer MLA workspace {workspace / GIB:.3f} GiB per GPU (allocated when "
@@ -331,6 +338,17 @@ class VllmEngine(Engine):
         )
         return inside, outside
 
+    @staticmethod
+    def _eager_rope_cast(arch: Architecture, s: EngineSettings, act_bytes: float) -> int:
+        """Bytes a float32 rotary table sheds in an eager profiling run: the custom op's
+        ``RotaryEmbedding.forward_cuda`` replaces it by a copy in the query's dtype
+        (``_match_cos_sin_cache_dtype``, v0.11.0 and v0.19.0), so the torch peak vLLM
+        measures from the loaded weights falls by the difference. Compiled, the native path
+        (v0.11.0) or the traced cast (v0.19.0, ``torch.compiler.is_compiling``) keeps it."""
+        if not (arch.vllm_rope_fp32 and s["enforce_eager"]) or act_bytes >= ROPE_FP32_BYTES:
+            return 0
+        return rope_table_bytes(arch, ROPE_FP32_BYTES) - rope_table_bytes(arch, act_bytes)
+
     def stage(self, args: StageArgs) -> StageBuild:
         """The profiling run's peak (:mod:`.vllm_profile`), the extensible cache's margin
         (0.34), and what mxfp4 experts take in the kernel's layout beyond the checkpoint."""
@@ -354,6 +372,13 @@ class VllmEngine(Engine):
         )
         fixed = int(run.peak)
         notes = list(run.notes)
+        cast = self._eager_rope_cast(args.arch, s, c.dtype_bytes)
+        if cast:
+            fixed -= cast
+            notes.append(
+                f"eager mode: the profiling run casts the float32 rotary table to the "
+                f"activation dtype and frees it, {cast / GIB:.3f} GiB below the loaded weights"
+            )
         if line.budget == "extensible":
             vendor = args.gpu.vendor if args.gpu is not None else None
             floor = EXTENSIBLE_MARGIN_FLOOR.get(vendor or "", EXTENSIBLE_MARGIN_FLOOR_DEFAULT)

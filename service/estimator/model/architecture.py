@@ -197,6 +197,11 @@ class Architecture:
         return self.mla is not None and self.family.modeling.vllm_mla
 
     @property
+    def vllm_rope_fp32(self) -> bool:
+        """vLLM keeps this model's rotary table in float32 (gpt-oss), not the model dtype."""
+        return self.family.modeling.vllm_rope_fp32
+
+    @property
     def llamacpp_caches_latent(self) -> bool:
         """llama.cpp caches latent attention's latent (not MiniCPM3)."""
         return self.mla is not None and self.family.llamacpp.mla_latent

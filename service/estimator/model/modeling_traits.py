@@ -232,3 +232,7 @@ class Modeling:
     # types); False: as standard attention over every head, V padded to the key's width
     # (vllm/model_executor/models/minicpm3.py, MiniCPM3).
     vllm_mla: bool = True
+    # vLLM builds this family's rotary cos/sin table in float32 whatever the model dtype
+    # (vllm/model_executor/models/gpt_oss.py: OAIAttention.__init__, get_rope(...,
+    # dtype=torch.float32), v0.10.1 - v0.19.0); other families' tables take the model dtype.
+    vllm_rope_fp32: bool = False

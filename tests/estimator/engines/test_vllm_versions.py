@@ -11,11 +11,12 @@ import pytest
 
 from service.estimator.engines.moe_workspace import moe_buffers
 from service.estimator.engines.mxfp4_storage import default_backend, mxfp4_extra_bytes
+from service.estimator.engines.vllm import VllmEngine
 from service.estimator.engines.vllm_profile import encoder_items, sampler_buffer_rows
 from service.estimator.engines.vllm_versions import LINES, NEWEST, line_for
 from service.estimator.errors import InvalidRequest
 from service.estimator.gpu import GpuSpec
-from service.estimator.inference import InferenceRequest, estimate_inference
+from service.estimator.inference import InferenceRequest, estimate_inference, stage_figures
 from service.estimator.inference.request import setup_for
 from tests.estimator.conftest import LLAMA_8B, catalog_architecture
 
@@ -283,6 +284,37 @@ def test_gpt_oss_weights_grow_with_the_kernel_layout() -> None:
     marlin = mxfp4_extra_bytes(arch, 1, 24, "marlin")
     triton = mxfp4_extra_bytes(arch, 1, 24, "triton")
     assert weights("0.22", A100) - weights("0.22", H100) == marlin - triton
+
+
+@pytest.mark.parametrize("version", ["0.11.0", "0.19"])
+def test_gpt_oss_rotary_table_is_float32_until_an_eager_run_casts_it(version: str) -> None:
+    """vLLM builds gpt-oss's YaRN table in float32 whatever the model dtype
+    (models/gpt_oss.py: ``get_rope(..., dtype=torch.float32)``): original_max_position 4096 ×
+    factor 32 = 131072 rows of head_dim 64 (the cos and sin halves), 4 B each, loaded with the
+    weights. An eager profiling run's ``forward_cuda`` replaces it by a bf16 copy
+    (``_match_cos_sin_cache_dtype``), so vLLM's measured peak falls by the 2 B per entry the
+    cast frees and the pool sits where a bf16 table would put it; compiled, it stays."""
+    fp32_table, freed = 131072 * 64 * 4, 131072 * 64 * 2
+
+    def stage(eager: bool):  # type: ignore[no-untyped-def]
+        req = InferenceRequest(
+            catalog_architecture("openai/gpt-oss-20b"),
+            engine="vllm",
+            engine_options={"version": version, "max_model_len": 8192, "enforce_eager": eager},
+            gpu_memory_bytes=H100.total_bytes,
+            gpu=H100,
+        )
+        return req, setup_for(req).stages[0]
+
+    (req, compiled), (eager_req, eager) = stage(False), stage(True)
+    arch = catalog_architecture("openai/gpt-oss-20b")
+    assert VllmEngine().placement(arch, {}, 2.0).extra_per_gpu == fp32_table
+    assert any("0.031 GiB per GPU (float32" in n for n in estimate_inference(req).assumptions)
+    assert compiled.weights == eager.weights
+    assert compiled.fixed_activation - eager.fixed_activation == freed
+    pools = [stage_figures(r)[0].kv_pool_bytes for r in (req, eager_req)]
+    assert pools[1] - pools[0] == freed  # type: ignore[operator]
+    assert fp32_table == 32 * MIB
 
 
 def test_sampler_buffer_rows() -> None:

@@ -32,6 +32,7 @@ GPT_OSS = Family(
         ),
         layout=LayerLayout.ALTERNATING,
         sinks=True,
+        vllm_rope_fp32=True,
     ),
 )
 
