@@ -9,13 +9,23 @@ mean TTFT, ITL and output tokens/s, the URL and what the harness was). ``load`` 
 ``concurrency`` prompts at once and let the engine queue them (no ``--max-concurrency``): a
 finite run whose ramp, drain and KV-pressure preemptions the steady state does not hold.
 
+Rows are grouped by GPU class: the engine and the catalog's architecture family of the row's GPU
+(:func:`gpu_class`: Hopper for H100 and H200, Ampere for A100, Ada for L40S and L4). Each class
+with closed-loop rows has its own two efficiencies (memory and compute: :func:`class_fitted`,
+registered under ``timing.CALIBRATED``'s prefix for the class, and answered as calibrated only
+on the GPUs of ``timing.CHECKED_ON``, those its rows were measured on); the engine's three
+overheads (per step, per request, per decoded sequence) are one set for every class. A class
+with no closed-loop row has no fitted constants: the service answers it with a band.
+
 Before any fit, every source's closed-loop rows are split by a fixed rule (:func:`held_out`): a
 third of them, rounded up and spread evenly over the source's rows in file order, never enter a
-fit. The five perf.vllm constants are fitted together on the rest (least squares on relative
-errors of ITL, output tokens/s and, at concurrency 1, TTFT: :func:`fit`), and the errors are
-reported on both sets, per GPU. Burst rows never enter a fit: they are scored apart, as the
-service answers them and as the fitted vLLM constants answer them on the GPU's own datasheet
-peaks (:func:`transferred`, an experiment on how far the fit carries to another GPU).
+fit (so at least a third of every class, too). The constants are fitted together on the rest
+(least squares on relative errors of ITL, output tokens/s and, at concurrency 1, TTFT:
+:func:`fit`; a class's efficiencies see only its own rows, the overheads every row of the
+engine), and the errors are reported on both sets, per class and per GPU. Burst rows never enter
+a fit: they are scored apart, as the service answers them and as the fitted constants answer
+them on the GPU's own datasheet peaks (:func:`transferred`, an experiment on how far a fit
+carries to a GPU it never saw).
 
 ``python -m bench.validate.performance --fit`` prints the fitted values (the register must hold
 them: tests/estimator/performance/test_calibration_fit.py checks it).
@@ -46,14 +56,21 @@ if TYPE_CHECKING:
 
 DATA = MEASURED / "performance_vllm.csv"
 
-#: The constants fitted together (register names), in the order the fit varies them.
-FITTED = (
-    "perf.vllm.hopper.memory_efficiency",
-    "perf.vllm.hopper.compute_efficiency",
-    "perf.vllm.step_overhead_s",
-    "perf.vllm.request_overhead_s",
-    "perf.vllm.sequence_overhead_s",
-)
+#: A GPU class: (engine, the catalog's architecture family of the GPU), e.g. ("vllm", "hopper").
+GpuClass = tuple[str, str]
+
+#: The engine-wide constants every class's rows fit together (register names).
+ENGINE_FITTED: dict[str, tuple[str, ...]] = {
+    "vllm": (
+        "perf.vllm.step_overhead_s",
+        "perf.vllm.request_overhead_s",
+        "perf.vllm.sequence_overhead_s",
+    ),
+}
+
+#: The classes the issue's targets name (vLLM on H100/H200, A100, L40S): each gets a line in
+#: the report, with rows or without.
+TARGET_CLASSES: tuple[GpuClass, ...] = (("vllm", "hopper"), ("vllm", "ampere"), ("vllm", "ada"))
 
 #: Held-out MAPE bounds tests/validation asserts (the issue's targets, on what the rows allow).
 TARGETS = {"itl": 0.20, "output_tokens_per_s": 0.20, "ttft_zero_load": 0.40}
@@ -131,19 +148,56 @@ def held_out(all_rows: tuple[Row, ...] | None = None) -> frozenset[str]:
     return frozenset(out)
 
 
-def fit_rows() -> tuple[Row, ...]:
+def fit_rows(cls: GpuClass | None = None) -> tuple[Row, ...]:
+    """The closed-loop rows a fit may see: all of them, or one class's."""
     hold = held_out()
-    return tuple(r for r in rows() if r.closed_loop and r.id not in hold)
+    return tuple(
+        r
+        for r in rows()
+        if r.closed_loop and r.id not in hold and (cls is None or gpu_class(r) == cls)
+    )
 
 
-def row_ids(prefix: str = "performance_vllm") -> tuple[str, ...]:
-    """Register ids of the fit rows (``performance_vllm:<id>``)."""
-    return tuple(f"{prefix}:{r.id}" for r in fit_rows())
+def row_ids(cls: GpuClass | None = None, prefix: str = "performance_vllm") -> tuple[str, ...]:
+    """Register ids of the fit rows (``performance_vllm:<id>``), all or one class's."""
+    return tuple(f"{prefix}:{r.id}" for r in fit_rows(cls))
 
 
 @lru_cache(maxsize=1)
 def _gpus() -> GpuCatalog:
     return load_gpu_catalog()
+
+
+def gpu_class(row: Row) -> GpuClass:
+    """The row's class: its engine and its GPU's architecture family (catalog)."""
+    gpu = resolve_gpu(_gpus(), row.gpu)
+    assert gpu.performance is not None
+    return (row.engine, gpu.performance.architecture or "")
+
+
+def fitted_classes(subset: tuple[Row, ...] | None = None) -> tuple[GpuClass, ...]:
+    """The classes with closed-loop rows (of ``subset``, every row by default), sorted: each
+    has fitted efficiencies; every other class is answered with a band."""
+    subset = rows() if subset is None else subset
+    return tuple(sorted({gpu_class(r) for r in subset if r.closed_loop}))
+
+
+def class_fitted(cls: GpuClass) -> tuple[str, str]:
+    """The register names of a class's own constants: its memory and compute efficiencies,
+    under the prefix ``timing.CALIBRATED`` gives the class (a class with rows and no prefix is
+    an error: its rows would be fitted with constants the service never reads)."""
+    prefix = timing.CALIBRATED[cls]
+    return (f"{prefix}.memory_efficiency", f"{prefix}.compute_efficiency")
+
+
+def fitted_names(classes: tuple[GpuClass, ...] | None = None) -> tuple[str, ...]:
+    """The constants a fit over ``classes`` varies, in order: each engine's overheads, then
+    each class's efficiencies."""
+    classes = fitted_classes() if classes is None else classes
+    engines = tuple(dict.fromkeys(engine for engine, _ in classes))
+    out = [n for e in engines for n in ENGINE_FITTED[e]]
+    out += [n for c in classes for n in class_fitted(c)]
+    return tuple(out)
 
 
 @lru_cache(maxsize=1)
@@ -181,18 +235,26 @@ def predict_with(row: Row, values: Mapping[str, float]) -> Predicted:
         return predict(row)
 
 
-#: The GPU class whose fitted constants the transfer experiment carries to the others.
-FITTED_CLASS = ("vllm", "hopper")
+#: The class whose fitted constants the transfer experiment carries to a class without a fit.
+REFERENCE_CLASS: GpuClass = ("vllm", "hopper")
+
+
+def transfer_class(cls: GpuClass) -> GpuClass:
+    """The fitted class whose constants answer a row of ``cls`` in the transfer experiment: the
+    class's own where it has a fit (a GPU of the class its rows never checked), else the
+    reference class's."""
+    return cls if cls in timing.CALIBRATED else REFERENCE_CLASS
 
 
 @contextmanager
-def _answered_with_fitted_class(architecture: str, gpu_ref: str) -> Iterator[None]:
-    """While open, vLLM answers on ``gpu_ref`` (of ``architecture``) take the fitted class's
-    constants (only the efficiencies and overheads: every peak stays the GPU's own)."""
+def _answered_with_fitted_class(cls: GpuClass, gpu_ref: str) -> Iterator[None]:
+    """While open, answers of ``cls`` on ``gpu_ref`` take the constants of
+    :func:`transfer_class` (only the efficiencies and overheads: every peak stays the GPU's
+    own)."""
     table, checked = timing.CALIBRATED, timing.CHECKED_ON
-    key = (FITTED_CLASS[0], architecture)
+    key = cls
     saved, saved_checked = table.get(key), checked.get(key)
-    table[key] = table[FITTED_CLASS]
+    table[key] = table[transfer_class(cls)]
     checked[key] = (saved_checked or frozenset()) | {gpu_ref}
     try:
         yield
@@ -208,12 +270,12 @@ def _answered_with_fitted_class(architecture: str, gpu_ref: str) -> Iterator[Non
 
 
 def transferred(row: Row) -> Predicted:
-    """The row as the fitted vLLM constants answer it on the row's GPU, with that GPU's own
-    bandwidth, tensor rate and interconnect from the catalog: how far the fit carries to a GPU
-    it never saw. An experiment for the report; the service's answer there stays a band."""
+    """The row as fitted constants answer it on the row's GPU (its class's own, else the
+    reference class's: :func:`transfer_class`), with that GPU's own bandwidth, tensor rate and
+    interconnect from the catalog: how far a fit carries to a GPU it never saw. An experiment
+    for the report; the service's answer there stays a band."""
     gpu = resolve_gpu(_gpus(), row.gpu)
-    assert gpu.performance is not None
-    with _answered_with_fitted_class(gpu.performance.architecture or "", gpu.ref):
+    with _answered_with_fitted_class(gpu_class(row), gpu.ref):
         return predict(row)
 
 
@@ -316,20 +378,27 @@ def _nelder_mead(
     return simplex[min(range(n + 1), key=lambda i: scores[i])]
 
 
-def fit(fit_set: tuple[Row, ...] | None = None, iterations: int = 200) -> dict[str, float]:
-    """The five constants minimising the squared relative errors on ``fit_set`` (the fit
-    rows by default), searched in log space from the register's values."""
+#: Nelder-Mead iterations per fitted constant (five constants: 200 iterations).
+ITERATIONS_PER_CONSTANT = 40
+
+
+def fit(fit_set: tuple[Row, ...] | None = None) -> dict[str, float]:
+    """The constants of the classes in ``fit_set`` (the fit rows by default) minimising the
+    squared relative errors on it, searched together in log space from the register's values:
+    each class's efficiencies (each in (0, 1]) and the engine's overheads."""
     fit_set = fit_rows() if fit_set is None else fit_set
-    start = [math.log(calibration.REGISTER[n].value) for n in FITTED]
+    names = fitted_names(fitted_classes(fit_set))
+    start = [math.log(calibration.REGISTER[n].value) for n in names]
+    efficiencies = [n for n in names if n.endswith("_efficiency")]
 
     def f(x: list[float]) -> float:
-        values = {n: math.exp(v) for n, v in zip(FITTED, x, strict=True)}
-        if not (0 < values[FITTED[0]] <= 1 and 0 < values[FITTED[1]] <= 1):
+        values = {n: math.exp(v) for n, v in zip(names, x, strict=True)}
+        if any(values[n] > 1 for n in efficiencies):
             return float("inf")
         return _loss(values, fit_set)
 
-    best = _nelder_mead(f, start, 0.2, iterations)
-    return {n: math.exp(v) for n, v in zip(FITTED, best, strict=True)}
+    best = _nelder_mead(f, start, 0.2, ITERATIONS_PER_CONSTANT * len(names))
+    return {n: math.exp(v) for n, v in zip(names, best, strict=True)}
 
 
 def _metric_errors(
@@ -351,7 +420,8 @@ def register_result() -> CalibrationResult:
     from bench.validate.calibration import Result
 
     fitted = fit_rows()
-    registered = {n: calibration.REGISTER[n].value for n in FITTED}
+    names = fitted_names()
+    registered = {n: calibration.REGISTER[n].value for n in names}
     loo: list[tuple[str, float]] = []
     for row in fitted:
         loo += _metric_errors((row,), fit(tuple(r for r in fitted if r is not row)))
@@ -364,7 +434,7 @@ def register_result() -> CalibrationResult:
     held = tuple(r for r in rows() if r.id in hold)
     refit = fit(fitted)
     return Result(
-        names=FITTED,
+        names=names,
         registered=registered,
         refit=refit,
         in_sample=_metric_errors(fitted, None),
@@ -438,6 +508,25 @@ TARGET_GPUS = ("h100-sxm-80gb", "h200-sxm-141gb", "a100-sxm4-80gb", "a100-sxm4-4
 METRICS = ("itl", "output_tokens_per_s", "ttft_zero_load")
 
 
+def answered_as(cls: GpuClass, gpu_ref: str) -> str:
+    """How the service answers the class on the GPU: with the class's fitted constants where
+    its rows checked them on that GPU (``timing.CHECKED_ON``), else with a band."""
+    if gpu_ref in timing.CHECKED_ON.get(cls, frozenset()):
+        return f"calibrated (`{cls[0]}/{cls[1]}`)"
+    if cls in timing.CALIBRATED:
+        return f"band (`{cls[0]}/{cls[1]}` constants unchecked on this GPU)"
+    return "band (`calibrated: false`)"
+
+
+def per_class(items: list[Scored] | None = None) -> dict[GpuClass, dict[str, list[Scored]]]:
+    """Class → split (fit, held out, burst) → scored rows; every target class is present."""
+    items = scored() if items is None else items
+    out: dict[GpuClass, dict[str, list[Scored]]] = {c: {} for c in TARGET_CLASSES}
+    for s in items:
+        out.setdefault(gpu_class(s.row), {}).setdefault(s.split, []).append(s)
+    return out
+
+
 def per_gpu(items: list[Scored] | None = None) -> dict[str, dict[str, list[Scored]]]:
     """GPU id → split (fit, held out, burst) → scored rows; every target GPU is present."""
     items = scored() if items is None else items
@@ -455,6 +544,29 @@ def _cell(value: float, n: int) -> str:
     return f"{value * 100:.1f}% ({n})" if n else "no rows"
 
 
+def _class_lines() -> list[str]:
+    lines = [
+        "| class | fitted constants | checked on | closed-loop rows fit / held out | "
+        "held-out ITL | held-out tok/s | held-out zero-load TTFT |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for cls, splits in per_class().items():
+        name = f"`{cls[0]}/{cls[1]}`"
+        if cls in timing.CALIBRATED:
+            constants = ", ".join(f"`{n}`" for n in class_fitted(cls))
+            checked = ", ".join(sorted(timing.CHECKED_ON.get(cls, frozenset())))
+        else:
+            constants, checked = "none: answered as a band", "–"
+        hold = splits.get("held out", [])
+        held = [_cell(*mape(hold, m)) for m in METRICS]
+        lines.append(
+            f"| {name} | {constants} | {checked} | {len(splits.get('fit', []))} / {len(hold)} | "
+            + " | ".join(held)
+            + " |"
+        )
+    return lines
+
+
 def _gpu_lines() -> list[str]:
     lines = [
         "| GPU | answered as | closed-loop rows fit / held out | held-out ITL | "
@@ -465,12 +577,7 @@ def _gpu_lines() -> list[str]:
     for gpu_id, splits in per_gpu().items():
         gpu = resolve_gpu(_gpus(), gpu_id)
         assert gpu.performance is not None
-        arch = gpu.performance.architecture or ""
-        answered = (
-            "calibrated (`vllm/" + arch + "`)"
-            if (FITTED_CLASS[0], arch) in timing.CALIBRATED
-            else "band (`calibrated: false`)"
-        )
+        answered = answered_as(("vllm", gpu.performance.architecture or ""), gpu.ref)
         fit_n, hold = len(splits.get("fit", [])), splits.get("held out", [])
         burst = splits.get("burst", [])
         held = [_cell(*mape(hold, m)) for m in METRICS]
@@ -490,18 +597,24 @@ def report() -> str:
         "## Performance (TTFT, ITL, throughput)\n",
         "The roofline of docs/performance.md against published serving benchmarks "
         "(`bench/validate/data/measured/performance_vllm.csv`, each row with its URL and "
-        "harness). The five `perf.vllm` constants are fitted on the closed-loop fit rows; the "
-        "held-out rows (a third of every source's closed-loop rows, by a fixed rule set before "
-        "any fit: `bench/validate/performance.py`, `held_out`) never enter the fit, nor do the "
-        "burst rows (all prompts sent at once: a finite run, not the closed loop the model "
-        "answers). MAPE = mean of |predicted − measured| / measured, with the row count.\n",
-        "Per GPU (the issue's targets: ITL and output tokens/s ≤ 20 %, zero-load TTFT ≤ 40 %, "
-        "held out; tests/validation/test_performance_accuracy.py pins each figure). The burst "
-        "columns answer each burst row with the fitted vLLM constants: the service's own "
-        "answer on Hopper and, on a GPU without a fit, the Hopper-fitted constants carried to "
-        "that GPU's own datasheet peaks (an experiment on how far the fit carries; the service "
-        "answers there with a band, whose ends the last column checks). A burst enters no fit "
-        "and is no evidence for the targets (docs/performance.md, Bursts).\n",
+        "harness). Rows are grouped by GPU class (engine and the GPU's architecture family); "
+        "each class with closed-loop rows has its own two efficiencies, fitted with the "
+        "engine's three overheads on the closed-loop fit rows; the held-out rows (a third of "
+        "every source's closed-loop rows, by a fixed rule set before any fit: "
+        "`bench/validate/performance.py`, `held_out`) never enter the fit, nor do the burst "
+        "rows (all prompts sent at once: a finite run, not the closed loop the model answers). "
+        "A class with no closed-loop row has no fitted constants and is answered with a band. "
+        "MAPE = mean of |predicted − measured| / measured, with the row count.\n",
+        "Per class (the issue's targets: ITL and output tokens/s ≤ 20 %, zero-load TTFT ≤ 40 %, "
+        "held out; tests/validation/test_performance_accuracy.py pins each figure):\n",
+        *_class_lines(),
+        "",
+        "Per GPU. The burst columns answer each burst row with fitted constants: the service's "
+        "own answer where the class is calibrated on that GPU and, elsewhere, the class's own "
+        "fit or (a class without one) the Hopper fit carried to that GPU's own datasheet peaks "
+        "(an experiment on how far a fit carries; the service answers there with a band, whose "
+        "ends the last column checks). A burst enters no fit and is no evidence for the targets "
+        "(docs/performance.md, Bursts).\n",
         *_gpu_lines(),
         "",
         "| set | metric | MAPE | rows | target |",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 
 from bench.validate import performance as v
+from service.estimator.performance import timing
 
 #: (GPU, split, metric) → (MAPE, rows) as the docs report them. Held-out rows are the
 #: closed-loop rows no fit saw; burst rows are answered with the fitted vLLM constants (the
@@ -79,11 +80,13 @@ def test_gpus_without_rows_have_none(
     assert not any(by_gpu[gpu].values())
 
 
-def test_closed_loop_rows_on_hopper_are_calibrated_answers_and_others_are_bands() -> None:
-    # The fit stands on the Hopper rows: each is answered as calibrated. A GPU class with no
-    # closed-loop row (A100 here) keeps its band: a burst row calibrates nothing.
+def test_rows_of_a_calibrated_class_on_its_checked_gpus_are_calibrated_others_bands() -> None:
+    # Each class's fit stands on its closed-loop rows: every row on a GPU those rows checked
+    # is answered as calibrated. A class with no closed-loop row (A100 here) keeps its band: a
+    # burst row calibrates nothing.
     for s in v.scored():
-        if s.row.gpu.startswith("h100"):
+        cls = v.gpu_class(s.row)
+        if s.row.gpu in timing.CHECKED_ON.get(cls, frozenset()):
             assert s.predicted.calibrated, s.row.id
         else:
             assert not s.predicted.calibrated and s.transfer is not None, s.row.id
