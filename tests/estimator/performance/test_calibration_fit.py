@@ -41,7 +41,7 @@ def test_rows_are_grouped_by_the_gpus_architecture_family() -> None:
     assert validation.gpu_class(a100) == ("vllm", "ampere")
     assert validation.gpu_class(l40s) == ("vllm", "ada")
     burst = dataclasses.replace(l40s, id="x-burst", load="burst")
-    assert validation.fitted_classes((row, h200, a100, burst)) == (
+    assert validation.classes_with_rows((row, h200, a100, burst)) == (
         ("vllm", "ampere"),
         ("vllm", "hopper"),
     )
@@ -61,23 +61,39 @@ def test_each_class_fits_its_own_efficiencies_and_the_engine_its_overheads() -> 
         validation.class_fitted(("vllm", "no-such-family"))
 
 
-def test_classes_with_rows_are_calibrated_on_the_gpus_their_rows_checked() -> None:
-    """Every class with closed-loop rows has a register prefix, and the service answers it as
-    calibrated on exactly the GPUs of those rows; a class without rows has no prefix (a band)."""
+def test_fitted_classes_are_calibrated_on_the_gpus_their_rows_checked() -> None:
+    """Every fitted class has a register prefix, and the service answers it as calibrated on
+    exactly the GPUs of its closed-loop rows; no other class has a prefix (a band)."""
     classes = validation.fitted_classes()
-    assert set(timing.CALIBRATED) == set(classes)
+    assert set(timing.CALIBRATED) == set(classes) == set(timing.CHECKED_ON)
     for cls in classes:
         gpus = {
             r.gpu for r in validation.rows() if r.closed_loop and validation.gpu_class(r) == cls
         }
         assert timing.CHECKED_ON[cls] == frozenset(gpus), cls
-    assert set(timing.CHECKED_ON) == set(classes)
+
+
+def test_a_class_is_fitted_only_when_its_own_rows_pin_and_check_both_efficiencies() -> None:
+    """A fitted class has a usable zero-load TTFT among its fit rows (the compute efficiency;
+    decode figures pin the memory efficiency) and at least three among its held-out rows (the
+    targets' check); any other class with rows is not fitted, its rows enter no fit, and their
+    own memory efficiency is an experiment only."""
+    hold = validation.held_out()
+    for cls in validation.classes_with_rows():
+        mine = [r for r in validation.rows() if r.closed_loop and validation.gpu_class(r) == cls]
+        fit_ttft = sum(validation.zero_load_ttft(r) for r in mine if r.id not in hold)
+        held_ttft = sum(validation.zero_load_ttft(r) for r in mine if r.id in hold)
+        ok = fit_ttft >= 1 and held_ttft >= validation.MIN_HELD_OUT
+        assert (cls in validation.fitted_classes()) == ok, cls
+        assert (validation.own_memory_fit(cls) is None) == ok, cls
+        if not ok:
+            assert not any(validation.gpu_class(r) == cls for r in validation.fit_rows())
 
 
 @pytest.mark.parametrize("cls", validation.TARGET_CLASSES)
-def test_a_target_class_without_rows_is_answered_as_a_band(cls: tuple[str, str]) -> None:
+def test_a_target_class_without_a_fit_is_answered_as_a_band(cls: tuple[str, str]) -> None:
     if cls in validation.fitted_classes():
-        pytest.skip(f"{cls} has closed-loop rows")
+        pytest.skip(f"{cls} is fitted")
     gpu_ref = {"ampere": "a100-sxm4-80gb", "ada": "l40s", "hopper": "h100-sxm-80gb"}[cls[1]]
     p = estimate_performance(request(gpu_ref=gpu_ref, engine=cls[0]), Traffic(128, 128, 1))
     assert not p.performance.calibrated and p.performance.band is not None
