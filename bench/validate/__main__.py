@@ -15,7 +15,7 @@ from bench.validate import (
     inference,
     llamacpp,
     model_resolution,
-    performance,
+    performance_report,
     public_logs,
     public_logs_sglang,
 )
@@ -45,7 +45,7 @@ def main() -> int:
         parts.append("\n" + finetune.report())
     parts.append("\n" + public_logs.report())
     parts.append("\n" + public_logs_sglang.report())
-    parts.append("\n" + performance.report())
+    parts.append("\n" + performance_report.report())
     parts.append("\n" + calibration.report())
     parts.append("\n" + llamacpp.report())
     parts.append("\n" + model_resolution.report())

@@ -9,23 +9,36 @@ mean TTFT, ITL and output tokens/s, the URL and what the harness was). ``load`` 
 ``concurrency`` prompts at once and let the engine queue them (no ``--max-concurrency``): a
 finite run whose ramp, drain and KV-pressure preemptions the steady state does not hold.
 
+Rows are grouped by GPU class: the engine and the catalog's architecture family of the row's GPU
+(:func:`gpu_class`: Hopper for H100 and H200, Ampere for A100, Ada for L40S, L4 and the RTX
+40 series). A class whose own fit rows pin both of its efficiencies (decode figures for the
+memory efficiency, a usable zero-load TTFT for the compute efficiency: :func:`fitted_classes`)
+has them fitted (:func:`class_fitted`, registered under ``timing.CALIBRATED``'s prefix for the
+class, and answered as calibrated only on the GPUs of ``timing.CHECKED_ON``, those its rows
+were measured on); the engine's three overheads (per step, per request, per decoded sequence)
+are one set for every class. Any other class has no fitted constants and the service answers
+it with a band; its closed-loop rows are scored against the band and in two experiments
+(:func:`transferred`, :func:`own_memory_fit`).
+
 Before any fit, every source's closed-loop rows are split by a fixed rule (:func:`held_out`): a
 third of them, rounded up and spread evenly over the source's rows in file order, never enter a
-fit. The five perf.vllm constants are fitted together on the rest (least squares on relative
-errors of ITL, output tokens/s and, at concurrency 1, TTFT: :func:`fit`), and the errors are
-reported on both sets, per GPU. Burst rows never enter a fit: they are scored apart, as the
-service answers them and as the fitted vLLM constants answer them on the GPU's own datasheet
-peaks (:func:`transferred`, an experiment on how far the fit carries to another GPU).
+fit (so at least a third of every class, too). The constants are fitted together on the rest
+(least squares on relative errors of ITL, output tokens/s and, at concurrency 1, TTFT:
+:func:`fit`; a class's efficiencies see only its own rows, the overheads every row of the
+engine), and the errors are reported on both sets, per class and per GPU. Burst rows never enter
+a fit: they are scored apart, as the service answers them and as the fitted constants answer
+them on the GPU's own datasheet peaks (:func:`transferred`, an experiment on how far a fit
+carries to a GPU it never saw).
 
 ``python -m bench.validate.performance --fit`` prints the fitted values (the register must hold
-them: tests/estimator/performance/test_calibration_fit.py checks it).
+them: tests/estimator/performance/test_calibration_fit.py checks it); without ``--fit`` it prints
+the report (bench/validate/performance_report.py: every row scored, per class and per GPU).
 """
 
 from __future__ import annotations
 
 import csv
 import math
-import statistics
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -46,14 +59,21 @@ if TYPE_CHECKING:
 
 DATA = MEASURED / "performance_vllm.csv"
 
-#: The constants fitted together (register names), in the order the fit varies them.
-FITTED = (
-    "perf.vllm.hopper.memory_efficiency",
-    "perf.vllm.hopper.compute_efficiency",
-    "perf.vllm.step_overhead_s",
-    "perf.vllm.request_overhead_s",
-    "perf.vllm.sequence_overhead_s",
-)
+#: A GPU class: (engine, the catalog's architecture family of the GPU), e.g. ("vllm", "hopper").
+GpuClass = tuple[str, str]
+
+#: The engine-wide constants every class's rows fit together (register names).
+ENGINE_FITTED: dict[str, tuple[str, ...]] = {
+    "vllm": (
+        "perf.vllm.step_overhead_s",
+        "perf.vllm.request_overhead_s",
+        "perf.vllm.sequence_overhead_s",
+    ),
+}
+
+#: The classes the issue's targets name (vLLM on H100/H200, A100, L40S): each gets a line in
+#: the report, with rows or without.
+TARGET_CLASSES: tuple[GpuClass, ...] = (("vllm", "hopper"), ("vllm", "ampere"), ("vllm", "ada"))
 
 #: Held-out MAPE bounds tests/validation asserts (the issue's targets, on what the rows allow).
 TARGETS = {"itl": 0.20, "output_tokens_per_s": 0.20, "ttft_zero_load": 0.40}
@@ -71,7 +91,7 @@ class Row:
     output_tokens: int
     concurrency: int
     load: str  # closed-loop (--max-concurrency) or burst (all prompts at once)
-    ttft_ms: float
+    ttft_ms: float | None  # None: the row's TTFT is not usable (its note says why)
     itl_ms: float
     output_tokens_per_s: float
     url: str
@@ -103,7 +123,7 @@ def rows() -> tuple[Row, ...]:
                     output_tokens=int(r["output_tokens"]),
                     concurrency=int(r["concurrency"]),
                     load=r["load"],
-                    ttft_ms=float(r["ttft_ms"]),
+                    ttft_ms=float(r["ttft_ms"]) if r["ttft_ms"] else None,
                     itl_ms=float(r["itl_ms"]),
                     output_tokens_per_s=float(r["output_tokens_per_s"]),
                     url=r["url"],
@@ -131,19 +151,91 @@ def held_out(all_rows: tuple[Row, ...] | None = None) -> frozenset[str]:
     return frozenset(out)
 
 
-def fit_rows() -> tuple[Row, ...]:
-    hold = held_out()
-    return tuple(r for r in rows() if r.closed_loop and r.id not in hold)
+def fit_rows(cls: GpuClass | None = None) -> tuple[Row, ...]:
+    """The closed-loop rows a fit sees: those not held out of the fitted classes
+    (:func:`fitted_classes`), all of them or one class's."""
+    hold, fitted = held_out(), fitted_classes()
+    return tuple(
+        r
+        for r in rows()
+        if r.closed_loop
+        and r.id not in hold
+        and gpu_class(r) in fitted
+        and (cls is None or gpu_class(r) == cls)
+    )
 
 
-def row_ids(prefix: str = "performance_vllm") -> tuple[str, ...]:
-    """Register ids of the fit rows (``performance_vllm:<id>``)."""
-    return tuple(f"{prefix}:{r.id}" for r in fit_rows())
+def row_ids(cls: GpuClass | None = None, prefix: str = "performance_vllm") -> tuple[str, ...]:
+    """Register ids of the fit rows (``performance_vllm:<id>``), all or one class's."""
+    return tuple(f"{prefix}:{r.id}" for r in fit_rows(cls))
 
 
 @lru_cache(maxsize=1)
-def _gpus() -> GpuCatalog:
+def gpu_catalog() -> GpuCatalog:
     return load_gpu_catalog()
+
+
+def gpu_class(row: Row) -> GpuClass:
+    """The row's class: its engine and its GPU's architecture family (catalog)."""
+    gpu = resolve_gpu(gpu_catalog(), row.gpu)
+    assert gpu.performance is not None
+    return (row.engine, gpu.performance.architecture or "")
+
+
+def classes_with_rows(subset: tuple[Row, ...] | None = None) -> tuple[GpuClass, ...]:
+    """The classes with closed-loop rows (of ``subset``, every row by default), sorted."""
+    subset = rows() if subset is None else subset
+    return tuple(sorted({gpu_class(r) for r in subset if r.closed_loop}))
+
+
+#: Held-out rows a fitted class needs for each target figure, zero-load TTFT included (the
+#: issue's MAPE on one or two rows would say nothing).
+MIN_HELD_OUT = 3
+
+
+def zero_load_ttft(row: Row) -> bool:
+    """Whether the row has a usable zero-load TTFT (a prefill at concurrency 1)."""
+    return row.zero_load and ttft_usable(row)
+
+
+@lru_cache(maxsize=1)
+def fitted_classes() -> tuple[GpuClass, ...]:
+    """The classes whose own rows both pin and check their two efficiencies, sorted: decode
+    figures (ITL, output tokens/s: every row has them) pin the memory efficiency and a usable
+    zero-load TTFT the compute efficiency, so the fit rows need at least one such TTFT, and the
+    held-out rows at least :data:`MIN_HELD_OUT` of them (and so of every target figure). Only
+    these classes are fitted and answered as calibrated. A class with rows that fall short
+    would answer TTFT (or every figure) with constants no row of its own checks: it keeps its
+    band, and its rows are scored against it and in :func:`own_memory_fit`."""
+    hold = held_out()
+    pinned: set[GpuClass] = set()
+    checks: dict[GpuClass, int] = {}
+    for r in rows():
+        if r.closed_loop and zero_load_ttft(r):
+            cls = gpu_class(r)
+            if r.id in hold:
+                checks[cls] = checks.get(cls, 0) + 1
+            else:
+                pinned.add(cls)
+    return tuple(sorted(c for c in pinned if checks.get(c, 0) >= MIN_HELD_OUT))
+
+
+def class_fitted(cls: GpuClass) -> tuple[str, str]:
+    """The register names of a class's own constants: its memory and compute efficiencies,
+    under the prefix ``timing.CALIBRATED`` gives the class (a class with rows and no prefix is
+    an error: its rows would be fitted with constants the service never reads)."""
+    prefix = timing.CALIBRATED[cls]
+    return (f"{prefix}.memory_efficiency", f"{prefix}.compute_efficiency")
+
+
+def fitted_names(classes: tuple[GpuClass, ...] | None = None) -> tuple[str, ...]:
+    """The constants a fit over ``classes`` varies, in order: each engine's overheads, then
+    each class's efficiencies."""
+    classes = fitted_classes() if classes is None else classes
+    engines = tuple(dict.fromkeys(engine for engine, _ in classes))
+    out = [n for e in engines for n in ENGINE_FITTED[e]]
+    out += [n for c in classes for n in class_fitted(c)]
+    return tuple(out)
 
 
 @lru_cache(maxsize=1)
@@ -160,7 +252,7 @@ class Predicted:
 
 
 def predict(row: Row) -> Predicted:
-    gpu = resolve_gpu(_gpus(), row.gpu)
+    gpu = resolve_gpu(gpu_catalog(), row.gpu)
     arch = _models().get(row.model).architecture
     req = InferenceRequest(
         architecture=arch,
@@ -181,18 +273,26 @@ def predict_with(row: Row, values: Mapping[str, float]) -> Predicted:
         return predict(row)
 
 
-#: The GPU class whose fitted constants the transfer experiment carries to the others.
-FITTED_CLASS = ("vllm", "hopper")
+#: The class whose fitted constants the transfer experiment carries to a class without a fit.
+REFERENCE_CLASS: GpuClass = ("vllm", "hopper")
+
+
+def transfer_class(cls: GpuClass) -> GpuClass:
+    """The fitted class whose constants answer a row of ``cls`` in the transfer experiment: the
+    class's own where it has a fit (a GPU of the class its rows never checked), else the
+    reference class's."""
+    return cls if cls in timing.CALIBRATED else REFERENCE_CLASS
 
 
 @contextmanager
-def _answered_with_fitted_class(architecture: str, gpu_ref: str) -> Iterator[None]:
-    """While open, vLLM answers on ``gpu_ref`` (of ``architecture``) take the fitted class's
-    constants (only the efficiencies and overheads: every peak stays the GPU's own)."""
+def _answered_with_fitted_class(cls: GpuClass, gpu_ref: str) -> Iterator[None]:
+    """While open, answers of ``cls`` on ``gpu_ref`` take the constants of
+    :func:`transfer_class` (only the efficiencies and overheads: every peak stays the GPU's
+    own)."""
     table, checked = timing.CALIBRATED, timing.CHECKED_ON
-    key = (FITTED_CLASS[0], architecture)
+    key = cls
     saved, saved_checked = table.get(key), checked.get(key)
-    table[key] = table[FITTED_CLASS]
+    table[key] = table[transfer_class(cls)]
     checked[key] = (saved_checked or frozenset()) | {gpu_ref}
     try:
         yield
@@ -208,18 +308,51 @@ def _answered_with_fitted_class(architecture: str, gpu_ref: str) -> Iterator[Non
 
 
 def transferred(row: Row) -> Predicted:
-    """The row as the fitted vLLM constants answer it on the row's GPU, with that GPU's own
-    bandwidth, tensor rate and interconnect from the catalog: how far the fit carries to a GPU
-    it never saw. An experiment for the report; the service's answer there stays a band."""
-    gpu = resolve_gpu(_gpus(), row.gpu)
-    assert gpu.performance is not None
-    with _answered_with_fitted_class(gpu.performance.architecture or "", gpu.ref):
+    """The row as fitted constants answer it on the row's GPU (its class's own, else the
+    reference class's: :func:`transfer_class`), with that GPU's own bandwidth, tensor rate and
+    interconnect from the catalog: how far a fit carries to a GPU it never saw. An experiment
+    for the report; the service's answer there stays a band."""
+    gpu = resolve_gpu(gpu_catalog(), row.gpu)
+    with _answered_with_fitted_class(gpu_class(row), gpu.ref):
         return predict(row)
+
+
+def transferred_with(row: Row, values: Mapping[str, float]) -> Predicted:
+    """:func:`transferred` with some register values overridden."""
+    with calibration.overridden(**{k.replace(".", "__"): v for k, v in values.items()}):
+        return transferred(row)
+
+
+@lru_cache(maxsize=8)
+def own_memory_fit(cls: GpuClass) -> float | None:
+    """An experiment for a class with closed-loop rows and no fit (:func:`fitted_classes`):
+    the memory efficiency that minimises the squared relative errors of its own fit rows' decode
+    figures (ITL, output tokens/s), every other constant at the reference class's registered
+    value and every peak the GPU's own (as :func:`transferred` carries them). Not registered:
+    the service answers the class with its band. None for a fitted class or one without rows."""
+    hold = held_out()
+    subset = tuple(r for r in rows() if r.closed_loop and r.id not in hold and gpu_class(r) == cls)
+    if cls in fitted_classes() or not subset:
+        return None
+    name = class_fitted(transfer_class(cls))[0]
+
+    def f(x: list[float]) -> float:
+        value = math.exp(x[0])
+        if value > 1:
+            return float("inf")
+        total = 0.0
+        for r in subset:
+            e = errors(r, transferred_with(r, {name: value}))
+            total += e["itl"] ** 2 + e["output_tokens_per_s"] ** 2
+        return total
+
+    start = [math.log(calibration.REGISTER[name].value)]
+    return math.exp(_nelder_mead(f, start, 0.2, ITERATIONS_PER_CONSTANT)[0])
 
 
 def band_holds(row: Row) -> dict[str, bool]:
     """Whether the service's band (uncalibrated answers) holds each measured figure."""
-    gpu = resolve_gpu(_gpus(), row.gpu)
+    gpu = resolve_gpu(gpu_catalog(), row.gpu)
     arch = _models().get(row.model).architecture
     req = InferenceRequest(
         architecture=arch,
@@ -246,8 +379,11 @@ def ttft_usable(row: Row) -> bool:
     """Whether the row's TTFT can be a prefill at all: the FLOPs it implies (2 per active
     parameter per prompt token over TTFT) must stay under the GPUs' dense peak. A faster one
     skipped work (a prefix-cache hit on a repeated prompt, a lower precision) and is neither
-    fitted nor scored."""
-    gpu = resolve_gpu(_gpus(), row.gpu)
+    fitted nor scored; nor is a TTFT the CSV leaves empty (one a publication's own setup biases,
+    e.g. warm-up prompts repeated with prefix caching on)."""
+    if row.ttft_ms is None:
+        return False
+    gpu = resolve_gpu(gpu_catalog(), row.gpu)
     assert gpu.performance is not None
     active = _models().get(row.model).counts.active
     implied = 2 * active * row.input_tokens / (row.ttft_ms / 1e3)
@@ -261,7 +397,7 @@ def errors(row: Row, p: Predicted) -> dict[str, float]:
         "output_tokens_per_s": (p.output_tokens_per_s - row.output_tokens_per_s)
         / row.output_tokens_per_s,
     }
-    if ttft_usable(row):
+    if row.ttft_ms is not None and ttft_usable(row):
         key = "ttft_zero_load" if row.zero_load else "ttft_loaded"
         out[key] = (p.ttft_ms - row.ttft_ms) / row.ttft_ms
     return out
@@ -316,20 +452,28 @@ def _nelder_mead(
     return simplex[min(range(n + 1), key=lambda i: scores[i])]
 
 
-def fit(fit_set: tuple[Row, ...] | None = None, iterations: int = 200) -> dict[str, float]:
-    """The five constants minimising the squared relative errors on ``fit_set`` (the fit
-    rows by default), searched in log space from the register's values."""
+#: Nelder-Mead iterations per fitted constant (five constants: 200 iterations).
+ITERATIONS_PER_CONSTANT = 40
+
+
+def fit(fit_set: tuple[Row, ...] | None = None) -> dict[str, float]:
+    """The constants of the classes in ``fit_set`` (the fit rows by default) minimising the
+    squared relative errors on it, searched together in log space from the register's values:
+    each class's efficiencies (each in (0, 1]) and the engine's overheads."""
     fit_set = fit_rows() if fit_set is None else fit_set
-    start = [math.log(calibration.REGISTER[n].value) for n in FITTED]
+    present = {gpu_class(r) for r in fit_set}
+    names = fitted_names(tuple(c for c in fitted_classes() if c in present))
+    start = [math.log(calibration.REGISTER[n].value) for n in names]
+    efficiencies = [n for n in names if n.endswith("_efficiency")]
 
     def f(x: list[float]) -> float:
-        values = {n: math.exp(v) for n, v in zip(FITTED, x, strict=True)}
-        if not (0 < values[FITTED[0]] <= 1 and 0 < values[FITTED[1]] <= 1):
+        values = {n: math.exp(v) for n, v in zip(names, x, strict=True)}
+        if any(values[n] > 1 for n in efficiencies):
             return float("inf")
         return _loss(values, fit_set)
 
-    best = _nelder_mead(f, start, 0.2, iterations)
-    return {n: math.exp(v) for n, v in zip(FITTED, best, strict=True)}
+    best = _nelder_mead(f, start, 0.2, ITERATIONS_PER_CONSTANT * len(names))
+    return {n: math.exp(v) for n, v in zip(names, best, strict=True)}
 
 
 def _metric_errors(
@@ -351,7 +495,8 @@ def register_result() -> CalibrationResult:
     from bench.validate.calibration import Result
 
     fitted = fit_rows()
-    registered = {n: calibration.REGISTER[n].value for n in FITTED}
+    names = fitted_names()
+    registered = {n: calibration.REGISTER[n].value for n in names}
     loo: list[tuple[str, float]] = []
     for row in fitted:
         loo += _metric_errors((row,), fit(tuple(r for r in fitted if r is not row)))
@@ -361,10 +506,11 @@ def register_result() -> CalibrationResult:
         values = fit(rest)
         lomo += _metric_errors(tuple(r for r in fitted if r.model == model), values)
     hold = held_out()
-    held = tuple(r for r in rows() if r.id in hold)
+    fitted_set = fitted_classes()
+    held = tuple(r for r in rows() if r.id in hold and gpu_class(r) in fitted_set)
     refit = fit(fitted)
     return Result(
-        names=FITTED,
+        names=names,
         registered=registered,
         refit=refit,
         in_sample=_metric_errors(fitted, None),
@@ -377,177 +523,13 @@ def register_result() -> CalibrationResult:
     )
 
 
-@dataclass(frozen=True)
-class Scored:
-    row: Row
-    predicted: Predicted  # the service's answer (the band's middle where uncalibrated)
-    errors: Mapping[str, float]
-    held_out: bool  # a closed-loop row no fit saw
-    transfer: Predicted | None  # uncalibrated answers: the fitted constants on this GPU
-    transfer_errors: Mapping[str, float]
-    in_band: Mapping[str, bool]  # uncalibrated answers: the band holds the measured figure
-
-    @property
-    def split(self) -> str:
-        if not self.row.closed_loop:
-            return "burst"
-        return "held out" if self.held_out else "fit"
-
-
-@lru_cache(maxsize=1)
-def _scored() -> tuple[Scored, ...]:
-    hold = held_out()
-    out = []
-    for r in rows():
-        p = predict(r)
-        t = None if p.calibrated else transferred(r)
-        out.append(
-            Scored(
-                r,
-                p,
-                errors(r, p),
-                r.id in hold,
-                t,
-                {} if t is None else errors(r, t),
-                {} if p.calibrated else band_holds(r),
-            )
-        )
-    return tuple(out)
-
-
-def scored() -> list[Scored]:
-    return list(_scored())
-
-
-def mape(items: list[Scored], metric: str, fitted: bool = False) -> tuple[float, int]:
-    """Mean |error| of ``metric`` over ``items`` and how many rows have it: as the service
-    answers, or (``fitted``) with the fitted vLLM constants, carried to GPUs without a fit."""
-    values = [
-        abs(e[metric])
-        for s in items
-        for e in ((s.transfer_errors or s.errors) if fitted else s.errors,)
-        if metric in e
-    ]
-    return (statistics.fmean(values) if values else float("nan")), len(values)
-
-
-#: The GPUs the issue's targets name (vLLM, dense models): each gets a line in the report.
-TARGET_GPUS = ("h100-sxm-80gb", "h200-sxm-141gb", "a100-sxm4-80gb", "a100-sxm4-40gb", "l40s")
-
-#: The three figures the targets bound, in report order.
-METRICS = ("itl", "output_tokens_per_s", "ttft_zero_load")
-
-
-def per_gpu(items: list[Scored] | None = None) -> dict[str, dict[str, list[Scored]]]:
-    """GPU id → split (fit, held out, burst) → scored rows; every target GPU is present."""
-    items = scored() if items is None else items
-    out: dict[str, dict[str, list[Scored]]] = {g: {} for g in TARGET_GPUS}
-    for s in items:
-        out.setdefault(s.row.gpu, {}).setdefault(s.split, []).append(s)
-    return out
-
-
-def _pct(x: float) -> str:
-    return f"{x * 100:+.1f}%"
-
-
-def _cell(value: float, n: int) -> str:
-    return f"{value * 100:.1f}% ({n})" if n else "no rows"
-
-
-def _gpu_lines() -> list[str]:
-    lines = [
-        "| GPU | answered as | closed-loop rows fit / held out | held-out ITL | "
-        "held-out tok/s | held-out zero-load TTFT | burst rows | burst ITL, fitted "
-        "constants | burst tok/s, fitted constants | burst figures inside the band |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for gpu_id, splits in per_gpu().items():
-        gpu = resolve_gpu(_gpus(), gpu_id)
-        assert gpu.performance is not None
-        arch = gpu.performance.architecture or ""
-        answered = (
-            "calibrated (`vllm/" + arch + "`)"
-            if (FITTED_CLASS[0], arch) in timing.CALIBRATED
-            else "band (`calibrated: false`)"
-        )
-        fit_n, hold = len(splits.get("fit", [])), splits.get("held out", [])
-        burst = splits.get("burst", [])
-        held = [_cell(*mape(hold, m)) for m in METRICS]
-        carried = [_cell(*mape(burst, m, fitted=True)) for m in METRICS[:2]]
-        inside = [x for s in burst for x in s.in_band.values()]
-        band = f"{sum(inside)} of {len(inside)}" if inside else "–"
-        lines.append(
-            f"| {gpu_id} | {answered} | {fit_n} / {len(hold)} | " + " | ".join(held) + " | "
-            f"{len(burst)} | " + " | ".join(carried) + f" | {band} |"
-        )
-    return lines
-
-
-def report() -> str:
-    items = scored()
-    lines = [
-        "## Performance (TTFT, ITL, throughput)\n",
-        "The roofline of docs/performance.md against published serving benchmarks "
-        "(`bench/validate/data/measured/performance_vllm.csv`, each row with its URL and "
-        "harness). The five `perf.vllm` constants are fitted on the closed-loop fit rows; the "
-        "held-out rows (a third of every source's closed-loop rows, by a fixed rule set before "
-        "any fit: `bench/validate/performance.py`, `held_out`) never enter the fit, nor do the "
-        "burst rows (all prompts sent at once: a finite run, not the closed loop the model "
-        "answers). MAPE = mean of |predicted − measured| / measured, with the row count.\n",
-        "Per GPU (the issue's targets: ITL and output tokens/s ≤ 20 %, zero-load TTFT ≤ 40 %, "
-        "held out; tests/validation/test_performance_accuracy.py pins each figure). The burst "
-        "columns answer each burst row with the fitted vLLM constants: the service's own "
-        "answer on Hopper and, on a GPU without a fit, the Hopper-fitted constants carried to "
-        "that GPU's own datasheet peaks (an experiment on how far the fit carries; the service "
-        "answers there with a band, whose ends the last column checks). A burst enters no fit "
-        "and is no evidence for the targets (docs/performance.md, Bursts).\n",
-        *_gpu_lines(),
-        "",
-        "| set | metric | MAPE | rows | target |",
-        "|---|---|---|---|---|",
-    ]
-    for name in ("held out", "fit"):
-        group = [s for s in items if s.split == name]
-        for metric in ("itl", "output_tokens_per_s", "ttft_zero_load", "ttft_loaded"):
-            value, n = mape(group, metric)
-            if n:
-                target = TARGETS.get(metric)
-                t = f"≤ {target * 100:.0f}%" if target and name == "held out" else ""
-                lines.append(f"| {name} | {metric} | {value * 100:.1f}% | {n} | {t} |")
-    lines += [
-        "",
-        "Every row. Where the answer is a band, the estimate is the band's middle and the "
-        "bracket after it gives the error with the fitted constants carried (`carried`).\n",
-        "| row | set | model | GPU × TP | in / out | conc. | ITL ms meas. / est. "
-        "| tok/s meas. / est. | TTFT ms meas. / est. |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for s in items:
-        r, p, e, te = s.row, s.predicted, s.errors, s.transfer_errors
-        ttft_err = e.get("ttft_zero_load", e.get("ttft_loaded"))
-        ttft_note = "not scored: faster than the peak" if ttft_err is None else _pct(ttft_err)
-
-        def carried(metric: str, te: Mapping[str, float] = te) -> str:
-            return f"; carried {_pct(te[metric])}" if metric in te else ""
-
-        lines.append(
-            f"| {r.id} | {s.split} | {r.model} | {r.gpu} × {r.tp} | "
-            f"{r.input_tokens} / {r.output_tokens} | {r.concurrency} | "
-            f"{r.itl_ms:g} / {p.itl_ms:.2f} ({_pct(e['itl'])}{carried('itl')}) | "
-            f"{r.output_tokens_per_s:g} / {p.output_tokens_per_s:.1f} "
-            f"({_pct(e['output_tokens_per_s'])}{carried('output_tokens_per_s')}) | "
-            f"{r.ttft_ms:g} / {p.ttft_ms:.1f} ({ttft_note}) |"
-        )
-    lines.append("")
-    return "\n".join(lines)
-
-
 def main(argv: list[str]) -> int:
     if "--fit" in argv:
         for name, value in fit().items():
             print(f"{name} = {value:.6g}")
         return 0
+    from bench.validate.performance_report import report  # the report builds on this module
+
     print(report())
     return 0
 

@@ -251,8 +251,9 @@ _ENTRIES: tuple[Calibrated, ...] = (
 )
 
 # The fit rows of bench/validate/data/measured/performance_vllm.csv (the others are held out
-# by the fixed rule of bench/validate/performance.py, held_out).
-_PERF_FIT_ROWS = _rows(
+# by the fixed rule of bench/validate/performance.py, held_out), per GPU class: a class's
+# efficiencies are fitted on its own rows, the engine's overheads on every class's.
+_PERF_HOPPER_FIT_ROWS = _rows(
     "performance_vllm",
     "gpustack_qwen3_8b_c1",
     "gpustack_qwen3_8b_c4",
@@ -261,6 +262,8 @@ _PERF_FIT_ROWS = _rows(
     "tt_qwen25_72b_tp2_2048_128",
     "tt_qwen25_72b_tp2_4096_128",
 )
+# Hopper is the only class with closed-loop rows (Ampere and Ada have none: bands).
+_PERF_FIT_ROWS = _PERF_HOPPER_FIT_ROWS
 
 _PERF_ENTRIES: tuple[Calibrated, ...] = (
     Calibrated(
@@ -270,9 +273,10 @@ _PERF_ENTRIES: tuple[Calibrated, ...] = (
         "The share of a Hopper GPU's peak memory bandwidth a vLLM step streams its weights and "
         "KV cache at (kernels never reach the peak: DRAM refresh, page switches, launch tails).",
         "Least squares on relative error of ITL, output tokens/s and zero-load TTFT over the "
-        "fit rows of bench/validate/data/measured/performance_vllm.csv, fitted with the four other "
-        "perf.vllm constants (python -m bench.validate.performance --fit).",
-        fitted_on=_PERF_FIT_ROWS,
+        "Hopper fit rows of bench/validate/data/measured/performance_vllm.csv, fitted with the "
+        "three vLLM overheads on every class's fit rows (python -m bench.validate.performance "
+        "--fit).",
+        fitted_on=_PERF_HOPPER_FIT_ROWS,
         applies_to="vLLM on hopper GPUs (H100, H200, H20, H800), 16-bit weights",
     ),
     Calibrated(
@@ -282,7 +286,7 @@ _PERF_ENTRIES: tuple[Calibrated, ...] = (
         "The share of a Hopper GPU's dense BF16 tensor rate a vLLM prefill reaches (GEMM tile "
         "efficiency, attention kernels, the non-GEMM work of a layer).",
         "Fitted with perf.vllm.hopper.memory_efficiency (same rows, same fit).",
-        fitted_on=_PERF_FIT_ROWS,
+        fitted_on=_PERF_HOPPER_FIT_ROWS,
         applies_to="vLLM on hopper GPUs, 16-bit weights",
     ),
     Calibrated(
@@ -291,7 +295,7 @@ _PERF_ENTRIES: tuple[Calibrated, ...] = (
         "seconds per engine step",
         "What a vLLM step costs beyond its kernels' roofline: scheduling, input preparation, "
         "sampling, detokenization and the gaps between kernel launches.",
-        "Fitted with perf.vllm.hopper.memory_efficiency (same rows, same fit).",
+        "Fitted in the same fit as every class's efficiencies, on every class's fit rows.",
         fitted_on=_PERF_FIT_ROWS,
         applies_to="vLLM, every GPU",
     ),
@@ -302,7 +306,7 @@ _PERF_ENTRIES: tuple[Calibrated, ...] = (
         "What a request's time to first token holds beyond its prefill step: HTTP, the chat "
         "template and tokenization in the API server, the hand-off to the engine core and the "
         "first token's way back.",
-        "Fitted with perf.vllm.hopper.memory_efficiency (same rows, same fit).",
+        "Fitted in the same fit as every class's efficiencies, on every class's fit rows.",
         fitted_on=_PERF_FIT_ROWS,
         applies_to="vLLM, every GPU",
     ),
@@ -313,7 +317,7 @@ _PERF_ENTRIES: tuple[Calibrated, ...] = (
         "What each sequence a vLLM step decodes adds on the CPU: the output processor "
         "detokenizes its new token and the API server streams it (vllm/v1/engine/"
         "output_processor.py, OutputProcessor.process_outputs; one pass per request per step).",
-        "Fitted with perf.vllm.hopper.memory_efficiency (same rows, same fit).",
+        "Fitted in the same fit as every class's efficiencies, on every class's fit rows.",
         fitted_on=_PERF_FIT_ROWS,
         applies_to="vLLM, every GPU",
     ),

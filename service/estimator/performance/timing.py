@@ -33,8 +33,11 @@ __all__ = [
 
 Bound = Literal["memory", "compute", "communication"]
 
-#: (engine, GPU architecture family) → the register prefix of its fitted constants. Only pairs
-#: with measured rows (bench/validate/data/performance_vllm.csv) are listed.
+#: (engine, GPU architecture family) → the register prefix of its fitted constants (the class's
+#: memory and compute efficiencies). Only classes with closed-loop measured rows
+#: (bench/validate/data/measured/performance_vllm.csv) are listed, each fitted on its own rows
+#: (bench/validate/performance.py, fit); tests/estimator/performance/test_calibration_fit.py
+#: holds this table and CHECKED_ON to the rows.
 CALIBRATED: dict[tuple[str, str], str] = {("vllm", "hopper"): "perf.vllm.hopper"}
 #: The GPUs whose measured rows the calibrated constants were fitted and checked on
 #: (bench/validate/data/measured/performance_vllm.csv); another GPU of the same architecture
