@@ -54,7 +54,7 @@ def test_register_values_are_pinned() -> None:
         "perf.vllm.request_overhead_s": 0.0236,
         "perf.vllm.sequence_overhead_s": 8.4e-05,
         "perf.band.memory_efficiency_low": 0.4,
-        "perf.band.memory_efficiency_high": 0.9,
+        "perf.band.memory_efficiency_high": 0.95,
         "perf.band.compute_efficiency_low": 0.25,
         "perf.band.compute_efficiency_high": 0.8,
         "perf.band.overhead_factor_low": 0.5,
