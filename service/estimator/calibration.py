@@ -352,9 +352,7 @@ _PERF_ENTRIES: tuple[Calibrated, ...] = (
         "Not fitted: set (from 0.9) to a round value above the highest efficiency measured on "
         "any class, the 0.922 the RTX 4090's fit rows give (bench/validate/performance.py, "
         "own_memory_fit over the rows listed); the band's hold on the Ada rows held out of that "
-        "figure is in docs/performance.md. Rows: "
-        + ", ".join(_PERF_ADA_FIT_ROWS)
-        + ".",
+        "figure is in docs/performance.md. Rows: " + ", ".join(_PERF_ADA_FIT_ROWS) + ".",
         applies_to="answers without calibration data",
     ),
     Calibrated(
