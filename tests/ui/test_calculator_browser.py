@@ -12,6 +12,7 @@ import os
 import re
 import shlex
 import time
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any
 
@@ -411,6 +412,13 @@ def test_latency_and_throughput_equal_the_api(
     sentence = browser.execute_script(
         "return document.querySelector('#performance-sentence').textContent"
     )
-    ms = lambda x: f"{x:,.1f}".rstrip("0").rstrip(".") + " ms"  # noqa: E731
-    assert ms(perf["ttft_ms"]) in sentence and ms(perf["itl_ms"]) in sentence
+    assert _as_page_ms(perf["ttft_ms"]) in sentence
+    assert _as_page_ms(perf["itl_ms"]) in sentence
     assert f"{perf['output_tokens_per_s']:,g} output tokens/s" in sentence
+
+
+def _as_page_ms(x: float) -> str:
+    """A figure as the page writes it (toLocaleString, at most one decimal): the wire's
+    decimal form rounded half away from zero (80.05 -> 80.1), not its binary value (80.0)."""
+    tenths = Decimal(repr(x)).quantize(Decimal("0.1"), rounding=ROUND_HALF_UP)
+    return f"{tenths:,}".rstrip("0").rstrip(".") + " ms"
