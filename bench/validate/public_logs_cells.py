@@ -159,7 +159,7 @@ def _cell(cs: list[PoolCase]) -> str:
     errs = [abs(c.error) for c in cs]
     sources = len({c.source for c in cs})
     return (
-        f"{statistics.median(errs) * 100:.2f}% (worst {max(errs) * 100:.1f}%; "
+        f"{statistics.median(errs) * 100:.2f}% (worst {max(errs) * 100:.2f}%; "
         f"{len(cs)} logs, {sources} src)"
     )
 
