@@ -54,7 +54,7 @@ def built(model: type[M], /, **fields: Any) -> M:
     field's aliases and defaults, which made a fifth of an answer's time over the ten models
     of a response. A field left out is an error here, not a silent default; the order is what
     lets :func:`response_json` write the attribute tables as they are."""
-    declared = model.__pydantic_fields__
+    declared = model.model_fields
     if tuple(fields) != tuple(declared):
         raise TypeError(f"{model.__name__}: give every field, in order: {', '.join(declared)}")
     instance = model.__new__(model)
