@@ -63,6 +63,7 @@ from service.estimator.gguf_quant import (
     preset_types,
     quant_model,
 )
+from service.estimator.kv_cache import MlaCache
 from service.estimator.model import SLIDING_ATTENTION, Architecture
 from service.estimator.units import GIB, MIB, cdiv
 
@@ -398,6 +399,11 @@ class LlamaCppEngine(Engine):
                 field="engine_options.cache_type_v",
             )
 
+    def mla_cache(self, arch: Architecture) -> MlaCache:
+        """The latent (deepseek2's graph), unless the family's graph expands K and V of every
+        head (``LlamaCppNames.mla_latent``: MiniCPM3, src/models/minicpm3.cpp)."""
+        return MlaCache.LATENT if arch.family.llamacpp.mla_latent else MlaCache.HEADS
+
     def layer_kv_bytes(self, arch: Architecture, s: EngineSettings, layer: int) -> int:
         """KV bytes of one layer, every stream and cell."""
         streams, cells, _ = self.cells(s)
@@ -409,8 +415,7 @@ class LlamaCppEngine(Engine):
             window = arch.sliding_window * (int(s["n_parallel"]) if s["kv_unified"] else 1)
             cells = min(cells, _pad(window + self.ubatch(s)))
         k_type, v_type = type_named(str(s["cache_type_k"])), type_named(str(s["cache_type_v"]))
-        if arch.llamacpp_caches_latent:
-            assert arch.mla is not None
+        if arch.mla is not None and self.mla_cache(arch) is MlaCache.LATENT:
             return row_bytes(k_type, arch.mla.latent_width) * cells * streams
         k = row_bytes(k_type, arch.num_kv_heads * arch.head_dim)
         v = row_bytes(v_type, arch.num_kv_heads * arch.v_head_dim)

@@ -202,11 +202,6 @@ class Architecture:
         return self.family.modeling.vllm_rope_fp32
 
     @property
-    def llamacpp_caches_latent(self) -> bool:
-        """llama.cpp caches latent attention's latent (not MiniCPM3)."""
-        return self.mla is not None and self.family.llamacpp.mla_latent
-
-    @property
     def rope_dim(self) -> int:
         """Width of the rotary part of a query/key head."""
         return self.mla.qk_rope_head_dim if self.mla is not None else self.head_dim

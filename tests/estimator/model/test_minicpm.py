@@ -142,6 +142,8 @@ def test_minicpm3_4b_counts_its_latent_attention() -> None:
         # vLLM's standard Attention: K and V of 96 wide heads (V padded), split by TP.
         ("vllm", 1, 2 * 40 * 96 * 2 * 62),
         ("vllm", 2, 2 * 20 * 96 * 2 * 62),
+        # llama.cpp's graph: K of 96 and V of 64 per head, every head (f16).
+        ("llama.cpp", 1, 40 * (96 + 64) * 2 * 62),
     ],
 )
 def test_minicpm3_kv_bytes_per_token_per_engine(engine: str, tp: int, per_token: int) -> None:
