@@ -88,7 +88,7 @@ from service.estimator.formats import WeightFormat
 from service.estimator.kv_cache import MlaCache
 from service.estimator.model import Architecture
 from service.estimator.result import Capacity
-from service.estimator.units import GIB, MIB, normalize_dtype
+from service.estimator.units import DTYPE_BYTES, GIB, MIB, normalize_dtype
 from service.estimator.weights import Placement, WeightLayout
 
 if TYPE_CHECKING:
@@ -125,8 +125,10 @@ _MIN_CAPABILITY: dict[str, tuple[int, int]] = {
 _FP8_NATIVE = (8, 9)
 
 
-# gpt-oss's rotary table: float32 whatever the model dtype (``Modeling.vllm_rope_fp32``).
-ROPE_FP32_BYTES = 4.0
+def _rope_dtype_bytes(arch: Architecture, act_bytes: float) -> float:
+    """The rotary table's element size as loaded: float32 where vLLM asks ``get_rope`` for it
+    (``Modeling.vllm_rope_fp32``: gpt-oss), else the model dtype."""
+    return DTYPE_BYTES["fp32"] if arch.vllm_rope_fp32 else act_bytes
 
 
 def rope_table_bytes(arch: Architecture, dtype_bytes: float) -> int:
@@ -299,7 +301,7 @@ class VllmEngine(Engine):
         return MlaCache.LATENT if arch.vllm_runs_mla else MlaCache.HEADS_PADDED_V
 
     def placement(self, arch: Architecture, s: EngineSettings, act_bytes: float) -> Placement:
-        rope = rope_table_bytes(arch, ROPE_FP32_BYTES if arch.vllm_rope_fp32 else act_bytes)
+        rope = rope_table_bytes(arch, _rope_dtype_bytes(arch, act_bytes))
         workspace = MLA_WORKSPACE_BYTES if arch.vllm_runs_mla else 0
         notes = []
         if rope:
@@ -345,9 +347,10 @@ class VllmEngine(Engine):
         (``_match_cos_sin_cache_dtype``, v0.11.0 and v0.19.0), so the torch peak vLLM
         measures from the loaded weights falls by the difference. Compiled, the native path
         (v0.11.0) or the traced cast (v0.19.0, ``torch.compiler.is_compiling``) keeps it."""
-        if not (arch.vllm_rope_fp32 and s["enforce_eager"]) or act_bytes >= ROPE_FP32_BYTES:
+        loaded = _rope_dtype_bytes(arch, act_bytes)
+        if not s["enforce_eager"] or loaded <= act_bytes:
             return 0
-        return rope_table_bytes(arch, ROPE_FP32_BYTES) - rope_table_bytes(arch, act_bytes)
+        return rope_table_bytes(arch, loaded) - rope_table_bytes(arch, act_bytes)
 
     def stage(self, args: StageArgs) -> StageBuild:
         """The profiling run's peak (:mod:`.vllm_profile`), the extensible cache's margin
