@@ -58,38 +58,36 @@ def test_minicpm4_8b_kv_bytes_per_token(engine: str, tp: int, kv_heads: int) -> 
     assert _kv_bytes_per_token(MINICPM4_8B, engine, tp) == 2 * kv_heads * 128 * 2 * 32
 
 
-def test_minicpm_ties_the_head_unless_the_config_says_not() -> None:
-    cfg = {
+def _config(
+    h: int, inter: int, layers: int, heads: int, kv: int, vocab: int, **extra: object
+) -> dict[str, object]:
+    """A MiniCPM config.json of these widths (the arguments of :func:`_hand_count`)."""
+    return {
         "architectures": ["MiniCPMForCausalLM"],
         "model_type": "minicpm",
-        "hidden_size": 1024,
-        "intermediate_size": 4096,
-        "num_hidden_layers": 24,
-        "num_attention_heads": 16,
-        "num_key_value_heads": 2,
-        "vocab_size": 73448,
+        "hidden_size": h,
+        "intermediate_size": inter,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv,
+        "vocab_size": vocab,
+        **extra,
     }
-    tied = count_parameters(read_config(cfg)).total
-    assert tied == _hand_count(1024, 4096, 24, 16, 2, 73448, tied=True)
-    untied = count_parameters(read_config({**cfg, "tie_word_embeddings": False})).total
+
+
+def test_minicpm_ties_the_head_unless_the_config_says_not() -> None:
+    widths = (1024, 4096, 24, 16, 2, 73448)
+    tied = count_parameters(read_config(_config(*widths))).total
+    assert tied == _hand_count(*widths, tied=True)
+    untied = count_parameters(read_config(_config(*widths, tie_word_embeddings=False))).total
     assert untied - tied == 73448 * 1024
 
 
 def test_minicpm_moe_puts_experts_in_place_of_the_mlp() -> None:
     """MiniCPMMoE: a router without bias (h x E) and E gated experts of intermediate_size."""
-    cfg = {
-        "architectures": ["MiniCPMForCausalLM"],
-        "model_type": "minicpm",
-        "hidden_size": 256,
-        "intermediate_size": 512,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 4,
-        "vocab_size": 1000,
-        "num_experts": 8,
-        "num_experts_per_tok": 2,
-    }
-    dense = _hand_count(256, 512, 2, 4, 4, 1000, tied=True)
+    widths = (256, 512, 2, 4, 4, 1000)
+    cfg = _config(*widths, num_experts=8, num_experts_per_tok=2)
+    dense = _hand_count(*widths, tied=True)
     experts = 2 * (8 * 3 * 256 * 512 + 256 * 8 - 3 * 256 * 512)
     assert count_parameters(read_config(cfg)).total == dense + experts
 
