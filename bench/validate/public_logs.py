@@ -160,9 +160,6 @@ LINE_FROM_LOG = {
     # read); gpu_worker.py:298 is the KV line of either. The collect_env names torch
     # 2.8.0, which both pin, and the comment (2025-10-31) predates 0.11.1.
     "v_27508": ("0.11.0", "traceback lines core.py:699/498/708 as in 0.11.0 (not 0.10.2)"),
-    # Dev builds: the release they lead to.
-    "v_pr10511_tp1": ("0.6.5", "a 0.6.5 development build"),
-    "v_pr10511_tp2": ("0.6.5", "a 0.6.5 development build"),
     # Weights do not depend on the release line (no mxfp4 here): scored for weights only.
     "v_pr12569": ("0.6.5", "a 0.7 development build, weights only"),
     "v_mlc2267": ("0.6.5", "V0 log (model_runner.py:1071), weights only"),
