@@ -26,6 +26,7 @@ costs its weights per GPU and its KV bytes on every token the pool holds. By met
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from service.estimator.errors import InvalidRequest
@@ -125,9 +126,11 @@ def draft_cost(
     kv_bytes: float,
     tp: int,
     dense_dtype: str,
+    mla_cache: Callable[[Architecture], MlaCache],
 ) -> DraftCost:
     """The drafter's bytes on one GPU of a target served at TP ``tp`` (``target_layout``: the
-    target's weights at that TP, ``kv_bytes``: bytes per KV element)."""
+    target's weights at that TP, ``kv_bytes``: bytes per KV element, ``mla_cache``: what the
+    engine caches for a model's latent attention, ``Engine.mla_cache``)."""
     method = spec.method
     if method not in METHODS:
         raise InvalidRequest(
@@ -162,7 +165,8 @@ def draft_cost(
             # EAGLE heads read the target's embedding (and EAGLE-1 its lm_head).
             weights -= layout.by_component.get("embeddings", 0) // dtp
             shared = "; the embedding is the target's"
-        kv = stage_kv_layouts(spec.draft, kv_bytes, dtp, 1, MlaCache.LATENT)[0].full_token_bytes
+        draft = spec.draft
+        kv = stage_kv_layouts(draft, kv_bytes, dtp, 1, mla_cache(draft))[0].full_token_bytes
         return DraftCost(
             weights,
             kv,
@@ -182,7 +186,7 @@ def draft_cost(
     extra = int(_FC_INPUTS[method] * h * h * size)
     if method == "eagle3":
         extra += int(cdiv(EAGLE3_DRAFT_VOCAB, tp) * h * size)
-    kv = stage_kv_layouts(target, kv_bytes, tp, 1, MlaCache.LATENT)[0].layer_token_bytes
+    kv = stage_kv_layouts(target, kv_bytes, tp, 1, mla_cache(target))[0].layer_token_bytes
     what = {
         "eagle": "one decoder layer of the target plus its 2h→h fc",
         "eagle3": f"one decoder layer of the target, its 3h→h fc and a {EAGLE3_DRAFT_VOCAB}-"

@@ -69,7 +69,7 @@ def serving_setup(
     )
     if speculative is not None:
         # The drafter runs where the target's last layers and sampler do.
-        draft = draft_cost(speculative, arch, layout, kvb, tp, layout.dense_dtype)
+        draft = draft_cost(speculative, arch, layout, kvb, tp, layout.dense_dtype, engine.mla_cache)
         per_stage = (*per_stage[:-1], per_stage[-1] + draft.weights)
         last = dataclasses.replace(kv_layouts[-1], extra_token_bytes=draft.kv_token_bytes)
         kv_layouts = (*kv_layouts[:-1], last)

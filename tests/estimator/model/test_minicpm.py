@@ -4,6 +4,8 @@ MiniCPM-MoE layout a ``num_experts`` config builds."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from service.estimator.inference import InferenceRequest
@@ -179,3 +181,23 @@ def test_minicpm3_v_head_dim_defaults_to_the_head_size_and_says_so() -> None:
     assert arch.mla is not None and arch.mla.v_head_dim == 256 // 4
     assert any(a.startswith("v_head_dim not in config") for a in arch.assumptions)
     assert read_config({**cfg, "v_head_dim": 32}).mla.v_head_dim == 32  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("engine", "layer_bytes"),
+    [("vllm", 2 * 40 * 96 * 2), ("sglang", (256 + 32) * 2)],
+)
+def test_minicpm3_eagle_head_caches_as_its_engine_caches_the_target(
+    engine: str, layer_bytes: int
+) -> None:
+    """An EAGLE head is one decoder layer shaped like the target's: its KV per token is one of
+    the target's layers as the engine caches it (vLLM: K and V of 40 heads, V padded to 96;
+    SGLang: the latent)."""
+    from service.estimator.inference.evaluate import estimate_inference
+    from service.estimator.speculative import Speculative
+
+    plain = _request(MINICPM3_4B, engine)
+    eagle = dataclasses.replace(plain, speculative=Speculative(method="eagle"))
+    per_token = "kv_cache_bytes_per_token_per_gpu"
+    added = estimate_inference(eagle).details[per_token]
+    assert added - estimate_inference(plain).details[per_token] == layer_bytes
